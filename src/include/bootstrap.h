@@ -1,0 +1,44 @@
+/* Out-of-band communication between the ranks of a communicator: rendezvous, allgather, barrier and
+ * tagged send/recv over TCP. Every listener accepts only peers that present the unique id's secret. */
+#ifndef COMM_BOOTSTRAP_H_
+#define COMM_BOOTSTRAP_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#include "comm.h"
+#include "socket.h"
+
+/* The layout inside commUniqueId (128 bytes). */
+typedef struct {
+  uint64_t magic;   /* COMM_BOOTSTRAP_MAGIC */
+  uint64_t secret;  /* random; presented by every connection */
+  commSockAddr root;
+} commBootstrapId;
+#define COMM_BOOTSTRAP_MAGIC 0x636f6d6d69643031ull /* "commid01" */
+
+typedef struct commBootstrap commBootstrap;
+
+/* Create an id and start the root (a thread serving one rendezvous) on this process. */
+commResult_t bootstrapGetUniqueId(commUniqueId* id);
+/* COMM_ROOT="host:port": the id every rank derives from it. The secret comes from COMM_ROOT_SECRET or,
+ * if unset, from the address string. isRoot: this process must host the root (rank 0 does). */
+commResult_t bootstrapIdFromRootAddr(const char* hostport, commUniqueId* id, int isRoot);
+
+typedef struct {
+  int64_t timeoutMs; /* rendezvous and every later call; <0: none */
+  const int* abortFlag;
+} commBootstrapOpts;
+
+commResult_t bootstrapInit(const commUniqueId* id, int rank, int nranks, const commBootstrapOpts* opts,
+                           commBootstrap** out);
+/* data holds nranks slots of `bytes`; slot `rank` is ours on entry, all are filled on return. */
+commResult_t bootstrapAllGather(commBootstrap* b, void* data, size_t bytes);
+commResult_t bootstrapBarrier(commBootstrap* b);
+/* Tagged messages; a recv matches (peer, tag) and keeps other arrivals for later. Sizes must match. */
+commResult_t bootstrapSend(commBootstrap* b, int peer, int tag, const void* data, size_t size);
+commResult_t bootstrapRecv(commBootstrap* b, int peer, int tag, void* data, size_t size);
+/* Change the deadline used by later calls (e.g. the communicator's timeout after init). */
+void bootstrapSetTimeout(commBootstrap* b, int64_t timeoutMs);
+commResult_t bootstrapClose(commBootstrap* b);
+
+#endif

@@ -1,0 +1,99 @@
+/* The communicator. Internal: never exposed through include/. */
+#ifndef COMM_CORE_H_
+#define COMM_CORE_H_
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "bootstrap.h"
+#include "check.h"
+#include "comm.h"
+#include "reduce.h"
+#include "sched.h"
+#include "transport.h"
+
+#define COMM_MAGIC_ALIVE 0x636f6d6d616c6976ull /* "commaliv" */
+#define COMM_MAGIC_DEAD 0xdeadbeefdeadbeefull
+
+#define COMM_HOSTNAME_MAX 64
+
+/* What each rank tells the others at init. */
+typedef struct {
+  int rank;
+  int pid;
+  int cudaDev;      /* -1: host-only rank */
+  int pad;
+  uint64_t hostHash;  /* ranks with the same hostHash form a node */
+  int64_t busId;      /* PCI bus id of the GPU, -1 if none */
+  char hostname[COMM_HOSTNAME_MAX];
+} commPeerInfo;
+
+typedef struct {
+  int id;
+  int* ringRanks;  /* nRanks: the rank at each ring position */
+  int ringPrev, ringNext;
+  commConn** send; /* [nRanks], NULL until connected */
+  commConn** recv; /* [nRanks] */
+} commChannel;
+
+typedef struct {
+  int inUse;
+  commRedOpArgs args;
+} commUserRedOp;
+
+#define COMM_MAX_USER_REDOPS 256
+
+typedef enum { COMM_INIT_NONE = 0, COMM_INIT_RUNNING, COMM_INIT_DONE, COMM_INIT_FAILED } commInitState_t;
+
+struct commComm {
+  uint64_t magic;  /* COMM_MAGIC_ALIVE while usable */
+  int rank, nRanks;
+  int cudaDev;
+  int localRank, localRanks; /* among ranks of the same host */
+  int node, nNodes;
+  char name[64];
+  uint64_t commHash;
+  commPeerInfo* peers; /* [nRanks] */
+  commBootstrap* bootstrap;
+
+  /* Settings fixed at init. */
+  int blocking;
+  int64_t timeoutMs;   /* every wait gives up after this long without progress (<0: never) */
+  size_t slotBytes;    /* FIFO slot size of every connection */
+  int nSlots;
+  int shmDisable;
+
+  /* Channels and connections. */
+  int nChannels;
+  commChannel channels[COMM_MAX_CHANNELS];
+  commConn** netConns; /* connections whose transport needs progress */
+  int nNetConns, netConnsCap;
+  struct commNetState* net;
+
+  /* Reduction operators made by commRedOpCreatePreMulSum: op value = commNumOps + index. */
+  commUserRedOp userOps[COMM_MAX_USER_REDOPS];
+
+  /* State. abortFlag, inFlight and asyncError are accessed with COMM_LOAD/STORE atomics. */
+  int abortFlag;
+  int inFlight;        /* API calls currently inside the communicator */
+  int asyncError;      /* commResult_t */
+  int initState;       /* commInitState_t */
+  int finalized;
+  pthread_t initThread;
+  uint64_t opCount;    /* collectives issued, for log lines */
+  char lastError[256];
+
+  /* commSplit children keep a pointer to the config they were made with. */
+  struct commComm* parent;
+};
+
+/* src/core/comm.c */
+/* Validate a communicator handle at API entry: NULL, destroyed or not yet initialised -> error + WARN. */
+commResult_t commCheckComm(comm_t comm, const char* api);
+void commSetAsyncError(comm_t comm, commResult_t res);
+static inline int commAborted(const struct commComm* comm) { return __atomic_load_n(&comm->abortFlag, __ATOMIC_ACQUIRE); }
+
+/* src/core/redop.c: the reduction arguments for op on this comm (built-in or user-made). */
+commResult_t commRedOpResolve(comm_t comm, commRedOp_t op, commDataType_t type, commRedOpArgs* args);
+
+#endif

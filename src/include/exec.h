@@ -1,0 +1,47 @@
+/* Executors run schedules. The host executor is a non-blocking state machine: progress() moves every
+ * channel as far as it can without waiting and returns, so one thread can drive many plans (several
+ * communicators in one group) at once. */
+#ifndef COMM_EXEC_H_
+#define COMM_EXEC_H_
+
+#include "core.h"
+#include "reduce.h"
+#include "sched.h"
+
+typedef struct {
+  int stepIdx;      /* current step */
+  size_t sendDone;  /* elements of the current step sent */
+  size_t recvDone;  /* elements of the current step received */
+  size_t workDone;  /* elements of the current step fully processed (for single-stream prims) */
+} commChannelProgress;
+
+typedef struct commPlan {
+  struct commComm* comm;
+  commFunc_t func;
+  commSchedule sched;
+  void** bufs;          /* [sched.nBufs] */
+  void* scratch;        /* owned by the plan */
+  commDataType_t dtype;
+  size_t eltSize;
+  commRedOpArgs redop;
+  uint64_t opCount;
+  size_t count;         /* API count, for messages */
+  int root;
+  commChannelProgress progress[COMM_MAX_CHANNELS];
+  int done;
+  int64_t lastProgressNs;
+  int64_t lastCheckNs;
+  struct commPlan* next; /* in a group's list */
+} commPlan;
+
+/* Allocate scratch, reset progress. The plan takes ownership of its schedule. */
+commResult_t commPlanPrepare(commPlan* plan);
+/* Advance without blocking; *done = 1 when finished. Errors: the comm's abort flag (commInternalError),
+ * timeout without progress (commTimeout), a peer gone (commRemoteError), each with a WARN naming peer and
+ * operation. */
+commResult_t commExecHostProgress(commPlan* plan, int* done);
+/* Run a list of plans (several comms) to completion from this thread. */
+commResult_t commExecHostRun(commPlan** plans, int nPlans);
+void commPlanFree(commPlan* plan);
+
+#endif

@@ -1,0 +1,129 @@
+/* The schedule IR: the ordered primitive steps one rank runs on each channel. Algorithms emit schedules;
+ * executors run them; the verifier runs them symbolically across all ranks. */
+#ifndef COMM_SCHED_H_
+#define COMM_SCHED_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#include "comm.h"
+
+#define COMM_MAX_CHANNELS 32
+
+typedef enum {
+  commFuncAllReduce = 0,
+  commFuncBroadcast,
+  commFuncReduce,
+  commFuncAllGather,
+  commFuncReduceScatter,
+  commFuncAllToAll,
+  commFuncSendRecv, /* a batch of grouped point-to-point operations */
+  commNumFuncs
+} commFunc_t;
+const char* commFuncName(commFunc_t f);
+
+typedef enum {
+  COMM_PRIM_NOP = 0,
+  COMM_PRIM_SEND,                  /* send src to sendPeer */
+  COMM_PRIM_RECV,                  /* recv from recvPeer into dst */
+  COMM_PRIM_RECV_REDUCE_SEND,      /* send (recv op src) */
+  COMM_PRIM_RECV_COPY_SEND,        /* dst = recv; send recv */
+  COMM_PRIM_RECV_REDUCE_COPY,      /* dst = recv op src */
+  COMM_PRIM_RECV_REDUCE_COPY_SEND, /* dst = recv op src; send dst */
+  COMM_PRIM_COPY_SEND,             /* dst = src; send src */
+  COMM_PRIM_COPY,                  /* dst = src (local) */
+  COMM_PRIM_SEND_RECV,             /* send src[count] to sendPeer while receiving dst[recvCount] from recvPeer */
+  COMM_NUM_PRIMS
+} commPrim_t;
+const char* commPrimName(commPrim_t p);
+
+/* Step flags */
+#define COMM_STEP_PRE 0x1  /* src is this rank's own contribution to a reduction: apply the op's pre-multiplier */
+#define COMM_STEP_POST 0x2 /* the value computed here is final: apply the op's post-operation (avg division) */
+
+/* Buffers of a schedule: index into the plan's buffer table. */
+enum { COMM_BUF_INPUT = 0, COMM_BUF_OUTPUT = 1, COMM_BUF_SCRATCH = 2, COMM_BUF_USER0 = 3 };
+#define COMM_MAX_SCHED_BUFS 4096
+
+typedef struct {
+  uint32_t buf;   /* COMM_BUF_* or COMM_BUF_USER0 + i */
+  size_t offset;  /* in elements */
+} commBufRef;
+
+typedef struct {
+  uint8_t prim;   /* commPrim_t */
+  uint8_t flags;  /* COMM_STEP_* */
+  int32_t sendPeer; /* rank, or -1 */
+  int32_t recvPeer; /* rank, or -1 */
+  commBufRef src;
+  commBufRef dst;
+  size_t count;     /* elements sent / processed */
+  size_t recvCount; /* elements received (== count except for SEND_RECV) */
+} commStep;
+
+typedef struct {
+  int nSteps;
+  int capacity;
+  commStep* steps;
+} commChannelSched;
+
+typedef struct {
+  int nChannels;
+  commChannelSched channels[COMM_MAX_CHANNELS];
+  int nBufs;            /* buffers referenced (>= 2) */
+  size_t scratchElems;  /* elements of scratch needed */
+} commSchedule;
+
+commResult_t commSchedInit(commSchedule* s, int nChannels);
+commResult_t commSchedAdd(commSchedule* s, int channel, const commStep* step);
+void commSchedFree(commSchedule* s);
+/* Human-readable dump (TRACE and tools). */
+void commSchedPrint(const commSchedule* s, int rank, void* file /* FILE* */);
+
+/* What every algorithm generator is given. Same values on every rank except `rank`. */
+typedef struct {
+  commFunc_t func;
+  int rank, nRanks;
+  size_t count;     /* the API count (per-rank count for allgather/reducescatter/alltoall) */
+  size_t eltSize;   /* bytes per element */
+  int root;         /* broadcast/reduce */
+  int isReduction;  /* op is a reduction that needs PRE/POST flags */
+  int nChannels;
+  size_t chunkElems; /* most elements one send may carry before the receiver must drain (FIFO capacity) */
+  /* Ring order per channel: ringRanks[c][i] is the rank at position i of channel c's ring. */
+  const int* ringRanks[COMM_MAX_CHANNELS];
+} commCollArgs;
+
+/* Point-to-point operations of one rank in a group, for the send/recv batch schedule. */
+typedef struct {
+  int peer;
+  int isSend;
+  size_t count;     /* elements */
+  uint32_t buf;     /* buffer index in the plan (COMM_BUF_USER0 + i) */
+} commP2pOp;
+
+/* algorithms/ring.c */
+commResult_t commRingBuild(const commCollArgs* args, commSchedule* out);
+/* algorithms/p2p.c: alltoall and grouped send/recv as pairwise exchanges, step k pairing rank r with
+ * r+k (send) and r-k (recv). */
+commResult_t commAllToAllBuild(const commCollArgs* args, commSchedule* out);
+commResult_t commP2pBuild(int rank, int nRanks, const commP2pOp* ops, int nOps, commSchedule* out);
+
+typedef commResult_t (*commSchedBuilder_t)(const commCollArgs* args, commSchedule* out);
+
+/* What the verifier counted (for the cost model and tools). */
+typedef struct {
+  size_t maxStepsPerChannel; /* longest step list of any rank/channel */
+  size_t maxBytesSent;       /* most bytes any rank sends */
+  size_t totalBytesSent;     /* summed over ranks */
+} commVerifyStats;
+
+/* src/sched/verify.c: build the schedules of all ranks with `build` and run them symbolically, with FIFOs
+ * of `fifoElems` elements per (channel, sender, receiver) connection, moved in pieces of at most
+ * `pieceElems` (the executor's slot). Checks send/recv matching (peer, count), deadlock freedom, that every
+ * output element holds exactly the right contributions (each rank's input once, nothing else) and that no
+ * step reads or writes outside its buffer. Returns commSuccess, or commInternalError with a WARN naming
+ * the rank, channel and step. stats may be NULL. */
+commResult_t commVerifyColl(const commCollArgs* args, commSchedBuilder_t build, size_t fifoElems,
+                            size_t pieceElems, commVerifyStats* stats);
+
+#endif

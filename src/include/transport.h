@@ -1,0 +1,81 @@
+/* Connections: one abstraction for every transport. A connection from rank A to rank B on a channel is a
+ * FIFO of nSlots slots of slotBytes. The sender fills slot (step % nSlots), stores its size and advances
+ * head; the receiver drains it and advances tail. The executor only waits on, fills and drains slots. */
+#ifndef COMM_TRANSPORT_H_
+#define COMM_TRANSPORT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#include "comm.h"
+
+#define COMM_NSLOTS 8
+#define COMM_CACHE_LINE 64
+
+typedef struct {
+  uint64_t head; /* slots filled by the sender (written by the sender side) */
+  char pad0[COMM_CACHE_LINE - sizeof(uint64_t)];
+  uint64_t tail; /* slots drained by the receiver (written by the receiver side) */
+  char pad1[COMM_CACHE_LINE - sizeof(uint64_t)];
+  uint64_t sizes[COMM_NSLOTS]; /* bytes in each slot, written before head moves */
+  char pad2[COMM_CACHE_LINE];
+} commFifoCtrl;
+
+struct commComm;
+struct commTransport;
+
+typedef struct commConn {
+  commFifoCtrl* ctrl;   /* head/tail/sizes, where this side's executor sees them */
+  char* slots;          /* nSlots * slotBytes */
+  size_t slotBytes;
+  int nSlots;
+  uint64_t step;        /* this side's position: sender: next slot to fill; receiver: next to drain */
+  int peer;             /* the other rank */
+  int channel;
+  int isSend;
+  const struct commTransport* transport;
+  void* priv;           /* transport state */
+} commConn;
+
+#define COMM_CONN_INFO_BYTES 256
+
+/* Setup runs in three phases over the bootstrap, so that no side waits on one that is not listening:
+ * recvSetup on the receiver (info -> sender), sendConnect on the sender (ack -> receiver), recvConnect on
+ * the receiver. */
+typedef struct commTransport {
+  const char* name;
+  commResult_t (*recvSetup)(struct commComm* comm, commConn* conn, void* info);
+  commResult_t (*sendConnect)(struct commComm* comm, commConn* conn, const void* info, void* ack);
+  commResult_t (*recvConnect)(struct commComm* comm, commConn* conn, const void* ack);
+  /* Move data for this connection without blocking (network transports); NULL if nothing to do. */
+  commResult_t (*progress)(struct commComm* comm, commConn* conn);
+  /* commRemoteError with a WARN if the peer is known to be gone; called while a wait makes no progress. */
+  commResult_t (*check)(struct commComm* comm, commConn* conn);
+  commResult_t (*close)(struct commComm* comm, commConn* conn);
+} commTransport;
+
+extern const commTransport commTransportShm;
+extern const commTransport commTransportNet;
+
+enum { COMM_TRANSPORT_SHM = 0, COMM_TRANSPORT_NET = 1, COMM_NUM_TRANSPORTS = 2 };
+
+/* A connection the caller needs: on `channel`, to (isSend) or from `peer`. */
+typedef struct {
+  int channel;
+  int peer;
+  int isSend;
+} commConnRequest;
+
+/* src/transports/transport.c: establish every requested connection that does not exist yet (the peers
+ * make the matching requests). Chooses shm within a host (unless COMM_SHM_DISABLE=1), net across hosts,
+ * logs the choice at INFO. */
+commResult_t commTransportConnect(struct commComm* comm, const commConnRequest* reqs, int nReqs);
+/* Progress every network connection of comm (called from the executor's wait loops). */
+commResult_t commTransportProgress(struct commComm* comm);
+commResult_t commTransportCloseAll(struct commComm* comm);
+
+/* Net transport: the network plugin in use (socket unless COMM_NET_PLUGIN / config says otherwise). */
+struct commNetState;
+commResult_t commNetInit(struct commComm* comm);
+commResult_t commNetFinalize(struct commComm* comm);
+
+#endif
