@@ -120,8 +120,12 @@ void commLog(commLogLevel_t level, unsigned long subsys, const char* file, int l
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  if (level == COMM_LOG_WARN) snprintf(lastWarn, sizeof(lastWarn), "%s", msg);
-  if (level > commLogLevel || !(subsys & logSubsys)) return;
+  if (level == COMM_LOG_WARN) {
+    size_t n = strnlen(msg, sizeof(lastWarn) - 1);
+    memcpy(lastWarn, msg, n);
+    lastWarn[n] = '\0';
+  }
+  if ((int)level > commLogLevel || !(subsys & logSubsys)) return;
   const char* lname = level == COMM_LOG_WARN ? "WARN" : level == COMM_LOG_INFO ? "INFO" : "TRACE";
   const char* base = strrchr(file, '/');
   base = base ? base + 1 : file;

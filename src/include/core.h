@@ -9,7 +9,7 @@
 #include "check.h"
 #include "comm.h"
 #include "reduce.h"
-#include "sched.h"
+#include "schedule.h"
 #include "transport.h"
 
 #define COMM_MAGIC_ALIVE 0x636f6d6d616c6976ull /* "commaliv" */

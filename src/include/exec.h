@@ -6,7 +6,7 @@
 
 #include "core.h"
 #include "reduce.h"
-#include "sched.h"
+#include "schedule.h"
 
 typedef struct {
   int stepIdx;      /* current step */
