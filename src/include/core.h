@@ -39,11 +39,14 @@ typedef struct {
 typedef struct {
   int inUse;
   commRedOpArgs args;
+  const void* scalarPtr; /* commScalarDevice: read at each collective; NULL: scalar captured in args */
 } commUserRedOp;
 
 #define COMM_MAX_USER_REDOPS 256
 
 typedef enum { COMM_INIT_NONE = 0, COMM_INIT_RUNNING, COMM_INIT_DONE, COMM_INIT_FAILED } commInitState_t;
+
+typedef struct commComm commComm;
 
 struct commComm {
   uint64_t magic;  /* COMM_MAGIC_ALIVE while usable */

@@ -29,6 +29,10 @@ typedef struct commPlan {
   int root;
   commChannelProgress progress[COMM_MAX_CHANNELS];
   int done;
+  int progressed;       /* set by each progress call that moved something */
+  int waitChannel;      /* where the last wait stood, for timeout messages */
+  int waitPeer;
+  int waitIsSend;
   int64_t lastProgressNs;
   int64_t lastCheckNs;
   struct commPlan* next; /* in a group's list */

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "comm.h"
+#include "comm_net.h"
 
 #define COMM_NSLOTS 8
 #define COMM_CACHE_LINE 64
@@ -77,5 +78,9 @@ commResult_t commTransportCloseAll(struct commComm* comm);
 struct commNetState;
 commResult_t commNetInit(struct commComm* comm);
 commResult_t commNetFinalize(struct commComm* comm);
+/* Name of the network plugin comm uses ("Socket", ...), for log lines. */
+const char* commNetName(const struct commComm* comm);
+/* transports/net_socket.c: the built-in TCP network plugin. */
+extern const commNet_t commNetSocket;
 
 #endif

@@ -1,0 +1,202 @@
+/* The collective and point-to-point entry points: validate every argument (a clear error and a WARN,
+ * nothing touched on bad input), then hand a task to the group layer. */
+#include <stdint.h>
+#include <string.h>
+
+#include "core.h"
+#include "enqueue.h"
+#include "reduce.h"
+
+typedef struct {
+  const char* api;
+  commFunc_t func;
+  int isP2p;
+  int isSend;
+  int hasOp;
+  int hasRoot;
+} apiDesc;
+
+static commResult_t checkType(const apiDesc* d, commDataType_t t) {
+  if ((int)t < 0 || (int)t >= commNumTypes) {
+    WARN("%s: invalid datatype %d", d->api, (int)t);
+    return commInvalidArgument;
+  }
+  return commSuccess;
+}
+
+/* Bytes of `elems` elements, or an error if it overflows. */
+static commResult_t checkedBytes(const apiDesc* d, size_t elems, size_t mult, size_t eltSize, size_t* out) {
+  if (mult != 0 && elems > SIZE_MAX / mult) goto overflow;
+  elems *= mult;
+  if (eltSize != 0 && elems > (SIZE_MAX / 2) / eltSize) goto overflow;
+  *out = elems * eltSize;
+  return commSuccess;
+overflow:
+  WARN("%s: count %zu x %zu elements of %zu bytes overflows the address space", d->api, elems, mult, eltSize);
+  return commInvalidArgument;
+}
+
+static int rangesOverlap(const void* a, size_t an, const void* b, size_t bn) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return an > 0 && bn > 0 && x < y + bn && y < x + an;
+}
+
+static commResult_t checkPtr(const apiDesc* d, const void* p, const char* name, size_t bytes) {
+  if (bytes == 0) return commSuccess;
+  if (p == NULL) {
+    WARN("%s: %s is NULL", d->api, name);
+    return commInvalidArgument;
+  }
+  if (commIsDevicePointer(p)) {
+    WARN("%s: %s %p is device memory; this build's executor serves host buffers only (device buffers "
+         "arrive with the CUDA executor)", d->api, name, p);
+    return commInvalidUsage;
+  }
+  return commSuccess;
+}
+
+static commResult_t enqueueChecked(const apiDesc* d, const void* sendbuff, void* recvbuff, size_t count,
+                                   commDataType_t dtype, commRedOp_t op, int root, comm_t comm) {
+  commResult_t res = commSuccess;
+  COMMCHECKGOTO(checkType(d, dtype), res, out);
+  size_t elt = commTypeSize(dtype);
+  int n = comm->nRanks, rank = comm->rank;
+  commTask task;
+  memset(&task, 0, sizeof(task));
+  if (d->hasOp) COMMCHECKGOTO(commRedOpResolve(comm, op, dtype, &task.redop), res, out);
+  if ((d->hasRoot || d->isP2p) && (root < 0 || root >= n)) {
+    WARN("%s: %s %d is out of range [0, %d)", d->api, d->isP2p ? "peer" : "root", root, n);
+    res = commInvalidArgument;
+    goto out;
+  }
+  /* Sizes of the buffers as the call uses them on this rank. */
+  size_t sendBytes = 0, recvBytes = 0, bytes;
+  COMMCHECKGOTO(checkedBytes(d, count, 1, elt, &bytes), res, out);
+  switch (d->func) {
+    case commFuncAllReduce: sendBytes = recvBytes = bytes; break;
+    case commFuncBroadcast:
+      sendBytes = rank == root ? bytes : 0;
+      recvBytes = bytes;
+      break;
+    case commFuncReduce:
+      sendBytes = bytes;
+      recvBytes = rank == root ? bytes : 0;
+      break;
+    case commFuncAllGather:
+      sendBytes = bytes;
+      COMMCHECKGOTO(checkedBytes(d, count, (size_t)n, elt, &recvBytes), res, out);
+      break;
+    case commFuncReduceScatter:
+      recvBytes = bytes;
+      COMMCHECKGOTO(checkedBytes(d, count, (size_t)n, elt, &sendBytes), res, out);
+      break;
+    case commFuncAllToAll:
+      COMMCHECKGOTO(checkedBytes(d, count, (size_t)n, elt, &sendBytes), res, out);
+      recvBytes = sendBytes;
+      break;
+    case commFuncSendRecv:
+      if (d->isSend) sendBytes = bytes;
+      else recvBytes = bytes;
+      break;
+    default: res = commInternalError; goto out;
+  }
+  COMMCHECKGOTO(checkPtr(d, sendbuff, "sendbuff", sendBytes), res, out);
+  COMMCHECKGOTO(checkPtr(d, recvbuff, "recvbuff", recvBytes), res, out);
+  /* In-place is allowed only in the exact layout each collective defines. */
+  if (!d->isP2p && rangesOverlap(sendbuff, sendBytes, recvbuff, recvBytes)) {
+    const char* expect = NULL;
+    int ok;
+    switch (d->func) {
+      case commFuncAllGather:
+        ok = (const char*)sendbuff == (const char*)recvbuff + (size_t)rank * bytes;
+        expect = "sendbuff == recvbuff + rank*count";
+        break;
+      case commFuncReduceScatter:
+        ok = (const char*)recvbuff == (const char*)sendbuff + (size_t)rank * bytes;
+        expect = "recvbuff == sendbuff + rank*count";
+        break;
+      case commFuncAllToAll:
+        ok = 0;
+        expect = "separate buffers (alltoall is not in-place)";
+        break;
+      default:
+        ok = sendbuff == recvbuff;
+        expect = "sendbuff == recvbuff";
+        break;
+    }
+    if (!ok) {
+      WARN("%s: sendbuff %p and recvbuff %p overlap; in-place needs %s", d->api, sendbuff, (void*)recvbuff, expect);
+      res = commInvalidArgument;
+      goto out;
+    }
+  }
+  task.kind = d->isP2p ? (d->isSend ? COMM_TASK_SEND : COMM_TASK_RECV) : COMM_TASK_COLL;
+  task.func = d->func;
+  task.comm = comm;
+  task.sendbuff = sendbuff;
+  task.recvbuff = recvbuff;
+  task.count = count;
+  task.dtype = dtype;
+  task.op = op;
+  task.root = root;
+  res = commEnqueue(&task);
+out:
+  return res;
+}
+
+static commResult_t apiCall(const apiDesc* d, const void* sendbuff, void* recvbuff, size_t count,
+                            commDataType_t dtype, commRedOp_t op, int root, comm_t comm) {
+  COMMCHECK(commApiEnter(comm, d->api));
+  commResult_t res = enqueueChecked(d, sendbuff, recvbuff, count, dtype, op, root, comm);
+  commApiLeave(comm);
+  return res;
+}
+
+COMM_API commResult_t commAllReduce(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype,
+                                    commRedOp_t op, comm_t comm, commStream_t stream) {
+  static const apiDesc d = {"commAllReduce", commFuncAllReduce, 0, 0, 1, 0};
+  return apiCall(&d, sendbuff, recvbuff, count, datatype, op, 0, comm);
+}
+
+COMM_API commResult_t commBroadcast(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype,
+                                    int root, comm_t comm, commStream_t stream) {
+  static const apiDesc d = {"commBroadcast", commFuncBroadcast, 0, 0, 0, 1};
+  return apiCall(&d, sendbuff, recvbuff, count, datatype, commSum, root, comm);
+}
+
+COMM_API commResult_t commReduce(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype,
+                                 commRedOp_t op, int root, comm_t comm, commStream_t stream) {
+  static const apiDesc d = {"commReduce", commFuncReduce, 0, 0, 1, 1};
+  return apiCall(&d, sendbuff, recvbuff, count, datatype, op, root, comm);
+}
+
+COMM_API commResult_t commAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                    commDataType_t datatype, comm_t comm, commStream_t stream) {
+  static const apiDesc d = {"commAllGather", commFuncAllGather, 0, 0, 0, 0};
+  return apiCall(&d, sendbuff, recvbuff, sendcount, datatype, commSum, 0, comm);
+}
+
+COMM_API commResult_t commReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        commDataType_t datatype, commRedOp_t op, comm_t comm,
+                                        commStream_t stream) {
+  static const apiDesc d = {"commReduceScatter", commFuncReduceScatter, 0, 0, 1, 0};
+  return apiCall(&d, sendbuff, recvbuff, recvcount, datatype, op, 0, comm);
+}
+
+COMM_API commResult_t commAllToAll(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype,
+                                   comm_t comm, commStream_t stream) {
+  static const apiDesc d = {"commAllToAll", commFuncAllToAll, 0, 0, 0, 0};
+  return apiCall(&d, sendbuff, recvbuff, count, datatype, commSum, 0, comm);
+}
+
+COMM_API commResult_t commSend(const void* sendbuff, size_t count, commDataType_t datatype, int peer, comm_t comm,
+                               commStream_t stream) {
+  static const apiDesc d = {"commSend", commFuncSendRecv, 1, 1, 0, 0};
+  return apiCall(&d, sendbuff, NULL, count, datatype, commSum, peer, comm);
+}
+
+COMM_API commResult_t commRecv(void* recvbuff, size_t count, commDataType_t datatype, int peer, comm_t comm,
+                               commStream_t stream) {
+  static const apiDesc d = {"commRecv", commFuncSendRecv, 1, 0, 0, 0};
+  return apiCall(&d, NULL, recvbuff, count, datatype, commSum, peer, comm);
+}

@@ -1,0 +1,632 @@
+/* Communicator lifecycle: init (blocking or not), split, finalize, destroy, abort, queries. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "core.h"
+#include "enqueue.h"
+#include "param.h"
+#include "topo.h"
+#include "utils.h"
+
+#define COMM_DEFAULT_TIMEOUT_MS 600000
+#define COMM_DEFAULT_BUFFSIZE (4 << 20)
+/* Bootstrap tags used by the core (transports use small non-negative tags). */
+#define COMM_TAG_SPLIT (1 << 30)
+
+/* ---- Registry of live communicators: handles are checked against it, so a destroyed handle is an error
+ * and never a read of freed memory. ---- */
+static pthread_mutex_t registryLock = PTHREAD_MUTEX_INITIALIZER;
+static struct commComm** registry;
+static int registryCount, registryCap;
+
+static commResult_t registryAdd(struct commComm* comm) {
+  commResult_t res = commSuccess;
+  pthread_mutex_lock(&registryLock);
+  if (registryCount == registryCap) {
+    int cap = registryCap ? registryCap * 2 : 16;
+    res = commRealloc(&registry, (size_t)registryCap, (size_t)cap, sizeof(*registry));
+    if (res == commSuccess) registryCap = cap;
+  }
+  if (res == commSuccess) registry[registryCount++] = comm;
+  pthread_mutex_unlock(&registryLock);
+  return res;
+}
+
+static int registryFindLocked(const struct commComm* comm) {
+  for (int i = 0; i < registryCount; i++)
+    if (registry[i] == comm) return i;
+  return -1;
+}
+
+/* Remove comm; returns 0 if it was not registered (already destroyed). */
+static int registryRemove(struct commComm* comm) {
+  pthread_mutex_lock(&registryLock);
+  int i = registryFindLocked(comm);
+  if (i >= 0) registry[i] = registry[--registryCount];
+  pthread_mutex_unlock(&registryLock);
+  return i >= 0;
+}
+
+static commResult_t checkLiveLocked(comm_t comm, const char* api) {
+  if (comm == NULL) {
+    WARN("%s: comm is NULL", api);
+    return commInvalidArgument;
+  }
+  if (registryFindLocked(comm) < 0) {
+    WARN("%s: comm %p is not a live communicator (destroyed, aborted, or never created)", api, (void*)comm);
+    return commInvalidArgument;
+  }
+  return commSuccess;
+}
+
+commResult_t commCheckComm(comm_t comm, const char* api) {
+  pthread_mutex_lock(&registryLock);
+  commResult_t res = checkLiveLocked(comm, api);
+  pthread_mutex_unlock(&registryLock);
+  return res;
+}
+
+commResult_t commApiEnter(comm_t comm, const char* api) {
+  commLogClearLastWarn();
+  pthread_mutex_lock(&registryLock);
+  commResult_t res = checkLiveLocked(comm, api);
+  if (res == commSuccess) __atomic_fetch_add(&comm->inFlight, 1, __ATOMIC_ACQ_REL);
+  pthread_mutex_unlock(&registryLock);
+  if (res != commSuccess) return res;
+  commLogSetRank(comm->rank);
+  int state = __atomic_load_n(&comm->initState, __ATOMIC_ACQUIRE);
+  if (state != COMM_INIT_DONE) {
+    WARN("%s: communicator initialisation %s", api,
+         state == COMM_INIT_RUNNING ? "is still in progress (poll commGetAsyncError)" : "failed");
+    res = state == COMM_INIT_RUNNING ? commInvalidUsage : (commResult_t)comm->asyncError;
+  } else if (comm->finalized) {
+    WARN("%s: communicator was finalized", api);
+    res = commInvalidUsage;
+  } else if (commAborted(comm)) {
+    WARN("%s: communicator was aborted", api);
+    res = commInvalidUsage;
+  } else {
+    int err = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
+    if (err != commSuccess && err != commInProgress) {
+      WARN("%s: communicator has an earlier error (%s: %s); abort or destroy it", api,
+           commGetErrorString((commResult_t)err), comm->lastError);
+      res = (commResult_t)err;
+    }
+  }
+  if (res != commSuccess) commApiLeave(comm);
+  return res;
+}
+
+void commApiLeave(comm_t comm) {
+  const char* w = commLogLastWarn();
+  if (w[0] != '\0') snprintf(comm->lastError, sizeof(comm->lastError), "%s", w);
+  __atomic_fetch_sub(&comm->inFlight, 1, __ATOMIC_ACQ_REL);
+  commLogSetRank(-1);
+}
+
+void commSetAsyncError(comm_t comm, commResult_t res) {
+  int expected = commSuccess;
+  __atomic_compare_exchange_n(&comm->asyncError, &expected, (int)res, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  const char* w = commLogLastWarn();
+  if (w[0] != '\0') snprintf(comm->lastError, sizeof(comm->lastError), "%s", w);
+}
+
+/* ---- Version and errors ---- */
+COMM_API commResult_t commGetVersion(int* version) {
+  if (version == NULL) {
+    WARN("commGetVersion: version is NULL");
+    return commInvalidArgument;
+  }
+  *version = COMM_VERSION_CODE;
+  return commSuccess;
+}
+
+COMM_API const char* commGetErrorString(commResult_t r) {
+  switch (r) {
+    case commSuccess: return "no error";
+    case commUnhandledCudaError: return "unhandled cuda error (run with COMM_DEBUG=INFO for details)";
+    case commSystemError: return "unhandled system error (run with COMM_DEBUG=INFO for details)";
+    case commInternalError: return "internal error - please report this issue to the libcomm developers";
+    case commInvalidArgument: return "invalid argument (run with COMM_DEBUG=WARN for details)";
+    case commInvalidUsage: return "invalid usage (run with COMM_DEBUG=WARN for details)";
+    case commRemoteError: return "remote process exited or there was a network error";
+    case commInProgress: return "operation in progress";
+    case commTimeout: return "operation timed out (COMM_TIMEOUT_MS)";
+    default: return "unknown result code";
+  }
+}
+
+COMM_API const char* commGetLastError(comm_t comm) {
+  if (comm != NULL && commCheckComm(comm, "commGetLastError") == commSuccess && comm->lastError[0] != '\0')
+    return comm->lastError;
+  return commLogLastWarn();
+}
+
+/* ---- Init ---- */
+typedef struct {
+  struct commComm* comm;
+  commUniqueId id;
+} initArgs;
+
+static void fillPeerInfo(struct commComm* comm, commPeerInfo* info) {
+  memset(info, 0, sizeof(*info));
+  info->rank = comm->rank;
+  info->pid = (int)getpid();
+  info->cudaDev = comm->cudaDev;
+  info->hostHash = commHostHash();
+  info->busId = -1;
+  if (gethostname(info->hostname, sizeof(info->hostname)) != 0) snprintf(info->hostname, sizeof(info->hostname), "?");
+  info->hostname[sizeof(info->hostname) - 1] = '\0';
+}
+
+static commResult_t computeNodes(struct commComm* comm) {
+  uint64_t* hosts = NULL;
+  COMMCHECK(commCalloc(&hosts, (size_t)comm->nRanks, sizeof(uint64_t)));
+  comm->nNodes = 0;
+  comm->localRanks = 0;
+  comm->localRank = 0;
+  for (int r = 0; r < comm->nRanks; r++) {
+    uint64_t h = comm->peers[r].hostHash;
+    int n;
+    for (n = 0; n < comm->nNodes; n++)
+      if (hosts[n] == h) break;
+    if (n == comm->nNodes) hosts[comm->nNodes++] = h;
+    if (h == comm->peers[comm->rank].hostHash) {
+      if (r < comm->rank) comm->localRank++;
+      comm->localRanks++;
+    }
+    if (r == comm->rank) comm->node = n;
+  }
+  free(hosts);
+  return commSuccess;
+}
+
+static commResult_t setupChannels(struct commComm* comm) {
+  int64_t defChannels = (comm->nNodes > 1 || comm->shmDisable) ? 2 : 1;
+  comm->nChannels = (int)commParamInt("COMM_NCHANNELS", defChannels, 1, COMM_MAX_CHANNELS);
+  for (int c = 0; c < comm->nChannels; c++) {
+    commChannel* ch = &comm->channels[c];
+    ch->id = c;
+    COMMCHECK(commCalloc(&ch->ringRanks, (size_t)comm->nRanks, sizeof(int)));
+    COMMCHECK(commCalloc(&ch->send, (size_t)comm->nRanks, sizeof(commConn*)));
+    COMMCHECK(commCalloc(&ch->recv, (size_t)comm->nRanks, sizeof(commConn*)));
+    /* Ring order: ranks grouped by node in order of each node's first rank (so that one hop per node
+     * crosses the network), rank order within a node. The topology layer will refine this. */
+    int pos = 0;
+    for (int r = 0; r < comm->nRanks; r++) {
+      int firstOfNode = 1;
+      for (int q = 0; q < r && firstOfNode; q++) firstOfNode = comm->peers[q].hostHash != comm->peers[r].hostHash;
+      if (!firstOfNode) continue;
+      for (int q = r; q < comm->nRanks; q++)
+        if (comm->peers[q].hostHash == comm->peers[r].hostHash) ch->ringRanks[pos++] = q;
+    }
+    for (int i = 0; i < comm->nRanks; i++) {
+      if (ch->ringRanks[i] == comm->rank) {
+        ch->ringNext = ch->ringRanks[(i + 1) % comm->nRanks];
+        ch->ringPrev = ch->ringRanks[(i + comm->nRanks - 1) % comm->nRanks];
+      }
+    }
+  }
+  return commSuccess;
+}
+
+static commResult_t connectRings(struct commComm* comm) {
+  if (comm->nRanks == 1) return commSuccess;
+  commConnRequest reqs[2 * COMM_MAX_CHANNELS];
+  int n = 0;
+  for (int c = 0; c < comm->nChannels; c++) {
+    reqs[n++] = (commConnRequest){c, comm->channels[c].ringPrev, 0};
+    reqs[n++] = (commConnRequest){c, comm->channels[c].ringNext, 1};
+  }
+  return commTransportConnect(comm, reqs, n);
+}
+
+static commResult_t initBody(struct commComm* comm, const commUniqueId* id) {
+  commResult_t res = commSuccess;
+  commLogSetRank(comm->rank);
+  commBootstrapOpts opts = {comm->timeoutMs, &comm->abortFlag};
+  COMMCHECK(bootstrapInit(id, comm->rank, comm->nRanks, &opts, &comm->bootstrap));
+  COMMCHECK(commCalloc(&comm->peers, (size_t)comm->nRanks, sizeof(commPeerInfo)));
+  fillPeerInfo(comm, &comm->peers[comm->rank]);
+  COMMCHECK(bootstrapAllGather(comm->bootstrap, comm->peers, sizeof(commPeerInfo)));
+  COMMCHECK(computeNodes(comm));
+  comm->commHash = commHashBytes(id, sizeof(*id), 0);
+  if (comm->rank == 0) commTopoLogMachine();
+  if (comm->nNodes > 1 || comm->shmDisable) COMMCHECK(commNetInit(comm));
+  COMMCHECK(setupChannels(comm));
+  COMMCHECK(connectRings(comm));
+  INFO(COMM_INIT, "comm %p%s%s rank %d nRanks %d localRank %d localRanks %d node %d nNodes %d channels %d "
+       "slot %zu B - Init COMPLETE",
+       (void*)comm, comm->name[0] ? " " : "", comm->name, comm->rank, comm->nRanks, comm->localRank,
+       comm->localRanks, comm->node, comm->nNodes, comm->nChannels, comm->slotBytes);
+  return res;
+}
+
+static void* initThreadMain(void* arg) {
+  initArgs* a = (initArgs*)arg;
+  struct commComm* comm = a->comm;
+  commResult_t res = initBody(comm, &a->id);
+  free(a);
+  if (res != commSuccess) commSetAsyncError(comm, res);
+  __atomic_store_n(&comm->initState, res == commSuccess ? COMM_INIT_DONE : COMM_INIT_FAILED, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+static int idIsZero(const commUniqueId* id) {
+  for (size_t i = 0; i < sizeof(id->internal); i++)
+    if (id->internal[i] != 0) return 0;
+  return 1;
+}
+
+static void freeComm(struct commComm* comm) {
+  commTransportCloseAll(comm);
+  if (comm->net) commNetFinalize(comm);
+  if (comm->bootstrap) bootstrapClose(comm->bootstrap);
+  for (int c = 0; c < COMM_MAX_CHANNELS; c++) {
+    free(comm->channels[c].ringRanks);
+    free(comm->channels[c].send);
+    free(comm->channels[c].recv);
+  }
+  free(comm->netConns);
+  free(comm->peers);
+  comm->magic = COMM_MAGIC_DEAD;
+  free(comm);
+}
+
+static commResult_t checkConfig(const commConfig_t* config) {
+  if (config == NULL) return commSuccess;
+  if (config->magic != COMM_CONFIG_MAGIC || config->size < offsetof(commConfig_t, cgaClusterSize)) {
+    WARN("commConfig_t is not initialised: use COMM_CONFIG_INITIALIZER (magic 0x%x size %zu)", config->magic,
+         config->size);
+    return commInvalidArgument;
+  }
+  if (config->size > sizeof(commConfig_t)) {
+    WARN("commConfig_t of size %zu is newer than this library (%zu); extra fields are ignored", config->size,
+         sizeof(commConfig_t));
+  }
+  if (config->blocking != COMM_CONFIG_UNDEF_INT && config->blocking != 0 && config->blocking != 1) {
+    WARN("commConfig_t.blocking must be 0 or 1, not %d", config->blocking);
+    return commInvalidArgument;
+  }
+  return commSuccess;
+}
+
+/* A config field is readable if the caller's struct is large enough to hold it. */
+#define CONFIG_HAS(cfg, field) ((cfg) != NULL && (cfg)->size >= offsetof(commConfig_t, field) + sizeof((cfg)->field))
+
+COMM_API commResult_t commInitRankConfig(comm_t* newcomm, int nranks, commUniqueId commId, int rank,
+                                         commConfig_t* config) {
+  commLogClearLastWarn();
+  commLogSetRank(rank);
+  commResult_t res = commSuccess;
+  struct commComm* comm = NULL;
+  if (newcomm == NULL) {
+    WARN("commInitRank: newcomm is NULL");
+    return commInvalidArgument;
+  }
+  *newcomm = NULL;
+  if (nranks < 1) {
+    WARN("commInitRank: nranks %d must be at least 1", nranks);
+    return commInvalidArgument;
+  }
+  if (rank < 0 || rank >= nranks) {
+    WARN("commInitRank: rank %d is out of range [0, %d)", rank, nranks);
+    return commInvalidArgument;
+  }
+  COMMCHECK(checkConfig(config));
+  if (idIsZero(&commId)) {
+    const char* root = commParamStr("COMM_ROOT", NULL);
+    if (root == NULL) {
+      WARN("commInitRank: the unique id is empty and COMM_ROOT is not set");
+      return commInvalidArgument;
+    }
+    COMMCHECK(bootstrapIdFromRootAddr(root, &commId, rank == 0));
+  }
+  COMMCHECK(commCalloc(&comm, 1, sizeof(*comm)));
+  comm->magic = COMM_MAGIC_ALIVE;
+  comm->rank = rank;
+  comm->nRanks = nranks;
+  comm->cudaDev = -1;
+  comm->blocking = 1;
+  if (CONFIG_HAS(config, blocking) && config->blocking != COMM_CONFIG_UNDEF_INT) comm->blocking = config->blocking;
+  comm->timeoutMs = commParamInt("COMM_TIMEOUT_MS", COMM_DEFAULT_TIMEOUT_MS, -1, INT64_MAX / 1000000);
+  if (CONFIG_HAS(config, timeoutMs) && config->timeoutMs != COMM_CONFIG_UNDEF_INT) comm->timeoutMs = config->timeoutMs;
+  if (CONFIG_HAS(config, commName) && config->commName != NULL)
+    snprintf(comm->name, sizeof(comm->name), "%s", config->commName);
+  int64_t buffSize = commParamSize("COMM_BUFFSIZE", COMM_DEFAULT_BUFFSIZE, 64 * 1024, 1LL << 30);
+  comm->nSlots = COMM_NSLOTS;
+  comm->slotBytes = (size_t)buffSize / COMM_NSLOTS / 64 * 64;
+  comm->shmDisable = (int)commParamInt("COMM_SHM_DISABLE", 0, 0, 1);
+  if (rank == 0) {
+    INFO(COMM_INIT, "libcomm version %d.%d.%d", COMM_MAJOR, COMM_MINOR, COMM_PATCH);
+  }
+  COMMCHECKGOTO(registryAdd(comm), res, fail);
+  if (!comm->blocking) {
+    initArgs* a = NULL;
+    COMMCHECKGOTO(commCalloc(&a, 1, sizeof(*a)), res, failRegistered);
+    a->comm = comm;
+    a->id = commId;
+    comm->initState = COMM_INIT_RUNNING;
+    if (pthread_create(&comm->initThread, NULL, initThreadMain, a) != 0) {
+      free(a);
+      WARN("commInitRank: could not start the init thread");
+      res = commSystemError;
+      goto failRegistered;
+    }
+    *newcomm = comm;
+    return commInProgress;
+  }
+  comm->initState = COMM_INIT_RUNNING;
+  res = initBody(comm, &commId);
+  if (res != commSuccess) goto failRegistered;
+  __atomic_store_n(&comm->initState, COMM_INIT_DONE, __ATOMIC_RELEASE);
+  *newcomm = comm;
+  commLogSetRank(-1);
+  return commSuccess;
+failRegistered:
+  registryRemove(comm);
+fail:
+  WARN("commInitRank: rank %d of %d failed: %s", rank, nranks, commGetErrorString(res));
+  freeComm(comm);
+  commLogSetRank(-1);
+  return res;
+}
+
+COMM_API commResult_t commInitRank(comm_t* newcomm, int nranks, commUniqueId commId, int rank) {
+  return commInitRankConfig(newcomm, nranks, commId, rank, NULL);
+}
+
+COMM_API commResult_t commGetUniqueId(commUniqueId* id) {
+  commLogClearLastWarn();
+  if (id == NULL) {
+    WARN("commGetUniqueId: uniqueId is NULL");
+    return commInvalidArgument;
+  }
+  const char* root = commParamStr("COMM_ROOT", NULL);
+  if (root != NULL) return bootstrapIdFromRootAddr(root, id, 0);
+  return bootstrapGetUniqueId(id);
+}
+
+typedef struct {
+  comm_t* slot;
+  int nranks, rank;
+  commUniqueId id;
+  commResult_t res;
+} initAllArgs;
+
+static void* initAllThread(void* arg) {
+  initAllArgs* a = (initAllArgs*)arg;
+  a->res = commInitRank(a->slot, a->nranks, a->id, a->rank);
+  return NULL;
+}
+
+COMM_API commResult_t commInitAll(comm_t* comms, int ndev, const int* devlist) {
+  commLogClearLastWarn();
+  if (comms == NULL) {
+    WARN("commInitAll: comms is NULL");
+    return commInvalidArgument;
+  }
+  if (ndev < 1) {
+    WARN("commInitAll: ndev %d must be at least 1", ndev);
+    return commInvalidArgument;
+  }
+  if (devlist != NULL) {
+    for (int i = 0; i < ndev; i++) {
+      for (int j = 0; j < i; j++) {
+        if (devlist[i] == devlist[j]) {
+          WARN("commInitAll: device %d appears twice in devlist", devlist[i]);
+          return commInvalidArgument;
+        }
+      }
+    }
+    INFO(COMM_INIT, "commInitAll: this build runs host-only ranks; devlist is recorded but not used");
+  }
+  commUniqueId id;
+  COMMCHECK(bootstrapGetUniqueId(&id));
+  initAllArgs* args = NULL;
+  pthread_t* threads = NULL;
+  commResult_t res = commSuccess;
+  COMMCHECK(commCalloc(&args, (size_t)ndev, sizeof(*args)));
+  COMMCHECKGOTO(commCalloc(&threads, (size_t)ndev, sizeof(*threads)), res, out);
+  int started = 0;
+  for (int i = 0; i < ndev; i++) {
+    comms[i] = NULL;
+    args[i] = (initAllArgs){&comms[i], ndev, i, id, commSuccess};
+    if (pthread_create(&threads[i], NULL, initAllThread, &args[i]) != 0) {
+      WARN("commInitAll: could not start thread %d", i);
+      res = commSystemError;
+      break;
+    }
+    started++;
+  }
+  for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
+  for (int i = 0; i < started; i++)
+    if (args[i].res != commSuccess && res == commSuccess) res = args[i].res;
+  if (started < ndev && res == commSuccess) res = commSystemError;
+  if (res != commSuccess) {
+    for (int i = 0; i < ndev; i++) {
+      if (comms[i] != NULL) commDestroy(comms[i]);
+      comms[i] = NULL;
+    }
+  }
+out:
+  free(threads);
+  free(args);
+  return res;
+}
+
+/* ---- Split ---- */
+typedef struct {
+  int color, key, rank;
+} splitInfo;
+
+static int splitCompare(const void* a, const void* b) {
+  const splitInfo* x = (const splitInfo*)a;
+  const splitInfo* y = (const splitInfo*)b;
+  if (x->key != y->key) return x->key < y->key ? -1 : 1;
+  return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+COMM_API commResult_t commSplit(comm_t comm, int color, int key, comm_t* newcomm, commConfig_t* config) {
+  COMMCHECK(commApiEnter(comm, "commSplit"));
+  commResult_t res = commSuccess;
+  splitInfo* all = NULL;
+  splitInfo* members = NULL;
+  if (newcomm == NULL) {
+    WARN("commSplit: newcomm is NULL");
+    res = commInvalidArgument;
+    goto out;
+  }
+  *newcomm = NULL;
+  if (color < 0 && color != COMM_SPLIT_NOCOLOR) {
+    WARN("commSplit: color %d must be non-negative or COMM_SPLIT_NOCOLOR", color);
+    res = commInvalidArgument;
+    goto out;
+  }
+  COMMCHECKGOTO(checkConfig(config), res, out);
+  COMMCHECKGOTO(commCalloc(&all, (size_t)comm->nRanks, sizeof(splitInfo)), res, out);
+  all[comm->rank] = (splitInfo){color, key, comm->rank};
+  COMMCHECKGOTO(bootstrapAllGather(comm->bootstrap, all, sizeof(splitInfo)), res, out);
+  if (color == COMM_SPLIT_NOCOLOR) goto out;
+  COMMCHECKGOTO(commCalloc(&members, (size_t)comm->nRanks, sizeof(splitInfo)), res, out);
+  int n = 0;
+  for (int r = 0; r < comm->nRanks; r++)
+    if (all[r].color == color) members[n++] = all[r];
+  qsort(members, (size_t)n, sizeof(splitInfo), splitCompare);
+  int newRank = 0;
+  for (int i = 0; i < n; i++)
+    if (members[i].rank == comm->rank) newRank = i;
+  commUniqueId id;
+  int tag = COMM_TAG_SPLIT + (int)(comm->opCount++ & 0xfffff);
+  if (newRank == 0) {
+    COMMCHECKGOTO(bootstrapGetUniqueId(&id), res, out);
+    for (int i = 1; i < n; i++)
+      COMMCHECKGOTO(bootstrapSend(comm->bootstrap, members[i].rank, tag, &id, sizeof(id)), res, out);
+  } else {
+    COMMCHECKGOTO(bootstrapRecv(comm->bootstrap, members[0].rank, tag, &id, sizeof(id)), res, out);
+  }
+  commConfig_t childConfig = COMM_CONFIG_INITIALIZER;
+  if (config == NULL) {
+    childConfig.blocking = comm->blocking;
+    childConfig.timeoutMs = (int)COMM_MIN(comm->timeoutMs, INT32_MAX);
+    config = &childConfig;
+  }
+  res = commInitRankConfig(newcomm, n, id, newRank, config);
+  if (res == commSuccess || res == commInProgress) {
+    (*newcomm)->parent = comm;
+    INFO(COMM_INIT, "commSplit: rank %d color %d key %d -> rank %d of %d", comm->rank, color, key, newRank, n);
+  }
+out:
+  /* Split advanced the parent's op counter on every rank alike; keep it in step on ranks without a color. */
+  if (color == COMM_SPLIT_NOCOLOR && res == commSuccess) comm->opCount++;
+  free(all);
+  free(members);
+  commApiLeave(comm);
+  return res;
+}
+
+/* ---- Teardown ---- */
+static void joinInitThread(struct commComm* comm) {
+  if (!comm->blocking && comm->initThread) {
+    pthread_join(comm->initThread, NULL);
+    comm->initThread = 0;
+  }
+}
+
+COMM_API commResult_t commFinalize(comm_t comm) {
+  commLogClearLastWarn();
+  COMMCHECK(commCheckComm(comm, "commFinalize"));
+  if (__atomic_load_n(&comm->initState, __ATOMIC_ACQUIRE) == COMM_INIT_RUNNING) {
+    WARN("commFinalize: initialisation still in progress");
+    return commInvalidUsage;
+  }
+  if (comm->finalized) {
+    WARN("commFinalize: communicator already finalized");
+    return commInvalidUsage;
+  }
+  commResult_t res = commSuccess;
+  if (comm->initState == COMM_INIT_DONE && comm->asyncError == commSuccess && comm->bootstrap != NULL) {
+    /* Every rank is past its last operation before connections close. */
+    res = bootstrapBarrier(comm->bootstrap);
+    if (res != commSuccess) WARN("commFinalize: rank %d: barrier with the other ranks failed", comm->rank);
+  }
+  commTransportCloseAll(comm);
+  comm->finalized = 1;
+  return res;
+}
+
+static commResult_t destroyComm(comm_t comm, const char* api, int abort) {
+  if (!registryRemove(comm)) {
+    WARN("%s: comm %p is not a live communicator (destroyed twice?)", api, (void*)comm);
+    return commInvalidArgument;
+  }
+  if (abort) __atomic_store_n(&comm->abortFlag, 1, __ATOMIC_RELEASE);
+  /* Wait for calls still inside the communicator (they see the abort flag and leave). */
+  commBackoff b = {0};
+  while (__atomic_load_n(&comm->inFlight, __ATOMIC_ACQUIRE) > 0) commBackoffWait(&b);
+  joinInitThread(comm);
+  INFO(COMM_INIT, "comm %p rank %d nRanks %d - %s COMPLETE", (void*)comm, comm->rank, comm->nRanks,
+       abort ? "Abort" : "Destroy");
+  freeComm(comm);
+  return commSuccess;
+}
+
+COMM_API commResult_t commDestroy(comm_t comm) {
+  commLogClearLastWarn();
+  if (comm == NULL) return commSuccess; /* as free(NULL) */
+  return destroyComm(comm, "commDestroy", 0);
+}
+
+COMM_API commResult_t commAbort(comm_t comm) {
+  commLogClearLastWarn();
+  if (comm == NULL) return commSuccess;
+  return destroyComm(comm, "commAbort", 1);
+}
+
+COMM_API commResult_t commGetAsyncError(comm_t comm, commResult_t* asyncError) {
+  commLogClearLastWarn();
+  COMMCHECK(commCheckComm(comm, "commGetAsyncError"));
+  if (asyncError == NULL) {
+    WARN("commGetAsyncError: asyncError is NULL");
+    return commInvalidArgument;
+  }
+  int state = __atomic_load_n(&comm->initState, __ATOMIC_ACQUIRE);
+  if (state == COMM_INIT_RUNNING) *asyncError = commInProgress;
+  else *asyncError = (commResult_t)__atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
+  return commSuccess;
+}
+
+/* ---- Queries ---- */
+COMM_API commResult_t commCount(const comm_t comm, int* count) {
+  COMMCHECK(commCheckComm(comm, "commCount"));
+  if (count == NULL) {
+    WARN("commCount: count is NULL");
+    return commInvalidArgument;
+  }
+  *count = comm->nRanks;
+  return commSuccess;
+}
+
+COMM_API commResult_t commUserRank(const comm_t comm, int* rank) {
+  COMMCHECK(commCheckComm(comm, "commUserRank"));
+  if (rank == NULL) {
+    WARN("commUserRank: rank is NULL");
+    return commInvalidArgument;
+  }
+  *rank = comm->rank;
+  return commSuccess;
+}
+
+COMM_API commResult_t commCuDevice(const comm_t comm, int* device) {
+  COMMCHECK(commCheckComm(comm, "commCuDevice"));
+  if (device == NULL) {
+    WARN("commCuDevice: device is NULL");
+    return commInvalidArgument;
+  }
+  *device = comm->cudaDev;
+  return commSuccess;
+}

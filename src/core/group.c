@@ -1,0 +1,146 @@
+/* Groups: calls between commGroupStart and the outermost commGroupEnd are collected per thread and run
+ * together, so one thread can drive several communicators (and a rank's sends and receives progress
+ * together). Outside a group, a call is a group of one. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "enqueue.h"
+#include "exec.h"
+#include "utils.h"
+
+static __thread int groupDepth;
+static __thread commTask* groupHead;
+static __thread commTask* groupTail;
+
+int commGroupDepth(void) { return groupDepth; }
+
+static void freeTasks(commTask* t) {
+  while (t != NULL) {
+    commTask* next = t->next;
+    free(t);
+    t = next;
+  }
+}
+
+static commResult_t runTasks(commTask* tasks);
+
+commResult_t commEnqueue(const commTask* task) {
+  commTask* t = NULL;
+  COMMCHECK(commCalloc(&t, 1, sizeof(*t)));
+  *t = *task;
+  t->next = NULL;
+  if (groupDepth > 0) {
+    if (groupTail) groupTail->next = t;
+    else groupHead = t;
+    groupTail = t;
+    return commSuccess;
+  }
+  commResult_t res = runTasks(t);
+  freeTasks(t);
+  return res;
+}
+
+COMM_API commResult_t commGroupStart(void) {
+  commLogClearLastWarn();
+  groupDepth++;
+  return commSuccess;
+}
+
+COMM_API commResult_t commGroupEnd(void) {
+  commLogClearLastWarn();
+  if (groupDepth == 0) {
+    WARN("commGroupEnd: no matching commGroupStart");
+    return commInvalidUsage;
+  }
+  if (--groupDepth > 0) return commSuccess;
+  commTask* tasks = groupHead;
+  groupHead = groupTail = NULL;
+  if (tasks == NULL) return commSuccess;
+  commResult_t res = runTasks(tasks);
+  freeTasks(tasks);
+  return res;
+}
+
+/* Split the task list by communicator (keeping order), build each communicator's plans, run them all. */
+static commResult_t runTasks(commTask* tasks) {
+  commResult_t res = commSuccess;
+  int nComms = 0;
+  struct commComm** comms = NULL;
+  commTask** lists = NULL;
+  commPlan*** plans = NULL;
+  int* nPlans = NULL;
+  commPlan** all = NULL;
+  int nAll = 0;
+  for (commTask* t = tasks; t; t = t->next) nComms++;
+  COMMCHECKGOTO(commCalloc(&comms, (size_t)nComms, sizeof(*comms)), res, out);
+  COMMCHECKGOTO(commCalloc(&lists, (size_t)nComms, sizeof(*lists)), res, out);
+  COMMCHECKGOTO(commCalloc(&plans, (size_t)nComms, sizeof(*plans)), res, out);
+  COMMCHECKGOTO(commCalloc(&nPlans, (size_t)nComms, sizeof(*nPlans)), res, out);
+  nComms = 0;
+  {
+    commTask** tails = NULL;
+    int cap = 0;
+    for (commTask* t = tasks; t; t = t->next) cap++;
+    COMMCHECKGOTO(commCalloc(&tails, (size_t)cap, sizeof(*tails)), res, out);
+    commTask* t = tasks;
+    while (t) {
+      commTask* next = t->next;
+      t->next = NULL;
+      int c;
+      for (c = 0; c < nComms; c++)
+        if (comms[c] == t->comm) break;
+      if (c == nComms) {
+        comms[nComms++] = t->comm;
+        lists[c] = t;
+      } else {
+        tails[c]->next = t;
+      }
+      tails[c] = t;
+      t = next;
+    }
+    free(tails);
+  }
+  /* Plans and connections for every communicator (connection setup of all comms of this thread runs
+   * phase by phase together inside commPlansBuildMulti, so in-process ranks cannot wait on each other). */
+  res = commPlansBuildMulti(comms, lists, nComms, plans, nPlans);
+  /* Relink the task lists so that the caller frees them all. */
+  {
+    commTask* head = NULL;
+    commTask* tail = NULL;
+    for (int c = 0; c < nComms; c++) {
+      for (commTask* t = lists[c]; t;) {
+        commTask* next = t->next;
+        t->next = NULL;
+        if (tail) tail->next = t;
+        else head = t;
+        tail = t;
+        t = next;
+      }
+    }
+    (void)head;
+  }
+  if (res != commSuccess) {
+    for (int c = 0; c < nComms; c++) commSetAsyncError(comms[c], res);
+    goto out;
+  }
+  for (int c = 0; c < nComms; c++) nAll += nPlans[c];
+  COMMCHECKGOTO(commCalloc(&all, (size_t)(nAll ? nAll : 1), sizeof(*all)), res, out);
+  nAll = 0;
+  for (int c = 0; c < nComms; c++)
+    for (int p = 0; p < nPlans[c]; p++) all[nAll++] = plans[c][p];
+  res = commExecHostRun(all, nAll);
+out:
+  if (plans) {
+    for (int c = 0; c < nComms; c++) {
+      if (plans[c] == NULL) continue;
+      for (int p = 0; p < nPlans[c]; p++) commPlanFree(plans[c][p]);
+      free(plans[c]);
+    }
+  }
+  free(all);
+  free(nPlans);
+  free(plans);
+  free(lists);
+  free(comms);
+  return res;
+}

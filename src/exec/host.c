@@ -1,0 +1,341 @@
+/* The host executor: runs schedules on host buffers, progressed by the calling thread. Each call to
+ * commExecHostProgress moves every channel of a plan as far as it can without waiting, so one thread can
+ * drive many plans (several communicators in a group) and no helper thread sits on the critical path. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec.h"
+#include "utils.h"
+
+#define CHECK_INTERVAL_NS 1000000LL /* ask transports whether a silent peer is still there */
+
+commResult_t commPlanPrepare(commPlan* plan) {
+  if (plan->sched.scratchElems > 0) {
+    COMMCHECK(commCalloc(&plan->scratch, plan->sched.scratchElems, plan->eltSize));
+    plan->bufs[COMM_BUF_SCRATCH] = plan->scratch;
+  }
+  memset(plan->progress, 0, sizeof(plan->progress));
+  plan->done = 0;
+  plan->lastProgressNs = commTimeNs();
+  plan->lastCheckNs = plan->lastProgressNs;
+  plan->waitChannel = plan->waitPeer = -1;
+  return commSuccess;
+}
+
+void commPlanFree(commPlan* plan) {
+  if (plan == NULL) return;
+  commSchedFree(&plan->sched);
+  free(plan->scratch);
+  free(plan->bufs);
+  free(plan);
+}
+
+static inline char* bufPtr(const commPlan* plan, commBufRef ref) {
+  return (char*)plan->bufs[ref.buf] + ref.offset * plan->eltSize;
+}
+
+/* Does the op do anything for these step flags? (else data moves by memcpy) */
+static inline int opActs(const commPlan* plan, int flags) {
+  return ((flags & COMM_STEP_PRE) && plan->redop.kind == COMM_REDOP_PREMULSUM) ||
+         ((flags & COMM_STEP_POST) && plan->redop.kind == COMM_REDOP_SUMPOSTDIV);
+}
+
+static inline void copyOp(const commPlan* plan, void* dst, const void* src, size_t n, int flags) {
+  if (opActs(plan, flags)) commCopy(&plan->redop, dst, src, n, flags & COMM_STEP_PRE, flags & COMM_STEP_POST);
+  else if (dst != src) memcpy(dst, src, n * plan->eltSize);
+}
+
+/* FIFO access. The sender may fill a slot while fewer than nSlots are unconsumed; the receiver may drain one
+ * once the sender has advanced head past it. */
+static inline char* sendSlot(commConn* c) {
+  if (c->step - COMM_LOAD_ACQ(&c->ctrl->tail) >= (uint64_t)c->nSlots) return NULL;
+  return c->slots + (c->step % (uint64_t)c->nSlots) * c->slotBytes;
+}
+static inline void sendPost(commConn* c, size_t bytes) {
+  COMM_STORE_RLX(&c->ctrl->sizes[c->step % (uint64_t)c->nSlots], (uint64_t)bytes);
+  c->step++;
+  COMM_STORE_REL(&c->ctrl->head, c->step);
+}
+static inline char* recvSlot(commConn* c, size_t* bytes) {
+  if (COMM_LOAD_ACQ(&c->ctrl->head) <= c->step) return NULL;
+  *bytes = (size_t)COMM_LOAD_RLX(&c->ctrl->sizes[c->step % (uint64_t)c->nSlots]);
+  return c->slots + (c->step % (uint64_t)c->nSlots) * c->slotBytes;
+}
+static inline void recvRelease(commConn* c) {
+  c->step++;
+  COMM_STORE_REL(&c->ctrl->tail, c->step);
+}
+
+static commResult_t missingConn(commPlan* plan, int channel, int peer, int isSend) {
+  WARN("rank %d: %s opCount %llu: no connection %s rank %d on channel %d", plan->comm->rank,
+       commFuncName(plan->func), (unsigned long long)plan->opCount, isSend ? "to" : "from", peer, channel);
+  return commInternalError;
+}
+
+static commResult_t sizeMismatch(commPlan* plan, int channel, int peer, size_t got, size_t expected) {
+  WARN("rank %d: %s opCount %llu: received %zu bytes from rank %d on channel %d where %zu were expected: the "
+       "ranks called this operation with different counts or datatypes",
+       plan->comm->rank, commFuncName(plan->func), (unsigned long long)plan->opCount, got, peer, channel, expected);
+  return commInvalidUsage;
+}
+
+static inline void noteWait(commPlan* plan, int channel, int peer, int isSend) {
+  plan->waitChannel = channel;
+  plan->waitPeer = peer;
+  plan->waitIsSend = isSend;
+}
+
+/* Advance one step as far as possible. *finished = 1 when the step is complete. */
+static commResult_t stepProgress(commPlan* plan, int c, const commStep* st, commChannelProgress* pr,
+                                 int* finished) {
+  commComm* comm = plan->comm;
+  const size_t elt = plan->eltSize;
+  const size_t piece = comm->slotBytes / elt;
+  commChannel* ch = &comm->channels[c];
+  commConn* sc = st->sendPeer >= 0 ? ch->send[st->sendPeer] : NULL;
+  commConn* rc = st->recvPeer >= 0 ? ch->recv[st->recvPeer] : NULL;
+  const int flags = st->flags;
+  *finished = 0;
+
+  switch (st->prim) {
+    case COMM_PRIM_NOP: *finished = 1; return commSuccess;
+    case COMM_PRIM_COPY:
+      copyOp(plan, bufPtr(plan, st->dst), bufPtr(plan, st->src), st->count, flags);
+      plan->progressed = 1;
+      *finished = 1;
+      return commSuccess;
+    case COMM_PRIM_SEND:
+    case COMM_PRIM_COPY_SEND: {
+      if (sc == NULL && st->count > 0) return missingConn(plan, c, st->sendPeer, 1);
+      while (pr->workDone < st->count) {
+        size_t n = COMM_MIN(piece, st->count - pr->workDone);
+        char* slot = sendSlot(sc);
+        if (slot == NULL) {
+          noteWait(plan, c, st->sendPeer, 1);
+          return commSuccess;
+        }
+        const char* src = bufPtr(plan, st->src) + pr->workDone * elt;
+        copyOp(plan, slot, src, n, flags);
+        if (st->prim == COMM_PRIM_COPY_SEND) {
+          char* dst = bufPtr(plan, st->dst) + pr->workDone * elt;
+          if (dst != src || opActs(plan, flags)) memcpy(dst, slot, n * elt);
+        }
+        sendPost(sc, n * elt);
+        pr->workDone += n;
+        plan->progressed = 1;
+      }
+      *finished = 1;
+      return commSuccess;
+    }
+    case COMM_PRIM_RECV:
+    case COMM_PRIM_RECV_REDUCE_COPY: {
+      if (rc == NULL && st->count > 0) return missingConn(plan, c, st->recvPeer, 0);
+      while (pr->workDone < st->count) {
+        size_t n = COMM_MIN(piece, st->count - pr->workDone), got;
+        char* slot = recvSlot(rc, &got);
+        if (slot == NULL) {
+          noteWait(plan, c, st->recvPeer, 0);
+          return commSuccess;
+        }
+        if (got != n * elt) return sizeMismatch(plan, c, st->recvPeer, got, n * elt);
+        char* dst = bufPtr(plan, st->dst) + pr->workDone * elt;
+        if (st->prim == COMM_PRIM_RECV) {
+          copyOp(plan, dst, slot, n, flags & COMM_STEP_POST);
+        } else {
+          commReduceLocal(&plan->redop, dst, slot, bufPtr(plan, st->src) + pr->workDone * elt, n, flags & COMM_STEP_PRE,
+                     flags & COMM_STEP_POST);
+        }
+        recvRelease(rc);
+        pr->workDone += n;
+        plan->progressed = 1;
+      }
+      *finished = 1;
+      return commSuccess;
+    }
+    case COMM_PRIM_RECV_REDUCE_SEND:
+    case COMM_PRIM_RECV_COPY_SEND:
+    case COMM_PRIM_RECV_REDUCE_COPY_SEND: {
+      if (st->count > 0 && sc == NULL) return missingConn(plan, c, st->sendPeer, 1);
+      if (st->count > 0 && rc == NULL) return missingConn(plan, c, st->recvPeer, 0);
+      while (pr->workDone < st->count) {
+        size_t n = COMM_MIN(piece, st->count - pr->workDone), got;
+        char* in = recvSlot(rc, &got);
+        if (in == NULL) {
+          noteWait(plan, c, st->recvPeer, 0);
+          return commSuccess;
+        }
+        char* out = sendSlot(sc);
+        if (out == NULL) {
+          noteWait(plan, c, st->sendPeer, 1);
+          return commSuccess;
+        }
+        if (got != n * elt) return sizeMismatch(plan, c, st->recvPeer, got, n * elt);
+        size_t off = pr->workDone * elt;
+        if (st->prim == COMM_PRIM_RECV_REDUCE_SEND) {
+          commReduceLocal(&plan->redop, out, in, bufPtr(plan, st->src) + off, n, flags & COMM_STEP_PRE,
+                     flags & COMM_STEP_POST);
+        } else if (st->prim == COMM_PRIM_RECV_COPY_SEND) {
+          char* dst = bufPtr(plan, st->dst) + off;
+          copyOp(plan, dst, in, n, flags & COMM_STEP_POST);
+          memcpy(out, dst, n * elt);
+        } else {
+          char* dst = bufPtr(plan, st->dst) + off;
+          commReduceLocal(&plan->redop, dst, in, bufPtr(plan, st->src) + off, n, flags & COMM_STEP_PRE,
+                     flags & COMM_STEP_POST);
+          memcpy(out, dst, n * elt);
+        }
+        sendPost(sc, n * elt);
+        recvRelease(rc);
+        pr->workDone += n;
+        plan->progressed = 1;
+      }
+      *finished = 1;
+      return commSuccess;
+    }
+    case COMM_PRIM_SEND_RECV: {
+      size_t sendCount = st->sendPeer >= 0 ? st->count : 0;
+      size_t recvCount = st->recvPeer >= 0 ? st->recvCount : 0;
+      if (sendCount > 0 && sc == NULL) return missingConn(plan, c, st->sendPeer, 1);
+      if (recvCount > 0 && rc == NULL) return missingConn(plan, c, st->recvPeer, 0);
+      while (pr->sendDone < sendCount) {
+        size_t n = COMM_MIN(piece, sendCount - pr->sendDone);
+        char* slot = sendSlot(sc);
+        if (slot == NULL) {
+          noteWait(plan, c, st->sendPeer, 1);
+          break;
+        }
+        memcpy(slot, bufPtr(plan, st->src) + pr->sendDone * elt, n * elt);
+        sendPost(sc, n * elt);
+        pr->sendDone += n;
+        plan->progressed = 1;
+      }
+      while (pr->recvDone < recvCount) {
+        size_t n = COMM_MIN(piece, recvCount - pr->recvDone), got;
+        char* slot = recvSlot(rc, &got);
+        if (slot == NULL) {
+          noteWait(plan, c, st->recvPeer, 0);
+          break;
+        }
+        if (got != n * elt) return sizeMismatch(plan, c, st->recvPeer, got, n * elt);
+        memcpy(bufPtr(plan, st->dst) + pr->recvDone * elt, slot, n * elt);
+        recvRelease(rc);
+        pr->recvDone += n;
+        plan->progressed = 1;
+      }
+      *finished = pr->sendDone == sendCount && pr->recvDone == recvCount;
+      return commSuccess;
+    }
+    default:
+      WARN("rank %d: %s: unknown primitive %d in schedule", comm->rank, commFuncName(plan->func), st->prim);
+      return commInternalError;
+  }
+}
+
+static const char* opDesc(const commPlan* plan, char* buf, size_t n) {
+  snprintf(buf, n, "%s (opCount %llu, count %zu, %s)", commFuncName(plan->func), (unsigned long long)plan->opCount,
+           plan->count, plan->func == commFuncSendRecv ? "bytes" : commTypeName(plan->dtype));
+  return buf;
+}
+
+/* No progress: is the peer we wait for still there, has the timeout passed, were we aborted? */
+static commResult_t checkStalled(commPlan* plan) {
+  commComm* comm = plan->comm;
+  char desc[160];
+  if (commAborted(comm)) {
+    WARN("rank %d: %s was aborted (commAbort)", comm->rank, opDesc(plan, desc, sizeof(desc)));
+    return commInvalidUsage;
+  }
+  int64_t now = commTimeNs();
+  if (now - plan->lastCheckNs >= CHECK_INTERVAL_NS) {
+    plan->lastCheckNs = now;
+    if (plan->waitPeer >= 0 && plan->waitChannel >= 0) {
+      commChannel* ch = &comm->channels[plan->waitChannel];
+      commConn* conn = plan->waitIsSend ? ch->send[plan->waitPeer] : ch->recv[plan->waitPeer];
+      if (conn != NULL && conn->transport->check != NULL) {
+        commResult_t res = conn->transport->check(comm, conn);
+        if (res != commSuccess) {
+          WARN("rank %d: %s failed: peer rank %d (%s) is gone: %s", comm->rank, opDesc(plan, desc, sizeof(desc)),
+               plan->waitPeer, conn->transport->name, comm->lastError[0] ? comm->lastError : "");
+          return res;
+        }
+      }
+    }
+    if (comm->timeoutMs >= 0 && now - plan->lastProgressNs > comm->timeoutMs * 1000000LL) {
+      WARN("rank %d: %s timed out: no progress for %lld ms (COMM_TIMEOUT_MS) while %s rank %d on channel %d",
+           comm->rank, opDesc(plan, desc, sizeof(desc)), (long long)comm->timeoutMs,
+           plan->waitIsSend ? "waiting for FIFO space to" : "waiting for data from", plan->waitPeer,
+           plan->waitChannel);
+      return commTimeout;
+    }
+  }
+  return commSuccess;
+}
+
+commResult_t commExecHostProgress(commPlan* plan, int* done) {
+  commComm* comm = plan->comm;
+  plan->progressed = 0;
+  *done = plan->done;
+  if (plan->done) return commSuccess;
+  if (comm->nNetConns > 0) {
+    commResult_t res = commTransportProgress(comm);
+    if (res != commSuccess) {
+      char desc[160];
+      WARN("rank %d: %s failed in the network transport: %s", comm->rank, opDesc(plan, desc, sizeof(desc)),
+           comm->lastError);
+      return res;
+    }
+  }
+  int allDone = 1;
+  for (int c = 0; c < plan->sched.nChannels; c++) {
+    commChannelSched* cs = &plan->sched.channels[c];
+    commChannelProgress* pr = &plan->progress[c];
+    while (pr->stepIdx < cs->nSteps) {
+      int finished;
+      COMMCHECK(stepProgress(plan, c, &cs->steps[pr->stepIdx], pr, &finished));
+      if (!finished) break;
+      pr->stepIdx++;
+      pr->sendDone = pr->recvDone = pr->workDone = 0;
+    }
+    if (pr->stepIdx < cs->nSteps) allDone = 0;
+  }
+  if (plan->progressed) plan->lastProgressNs = commTimeNs();
+  if (allDone) {
+    plan->done = 1;
+    *done = 1;
+    return commSuccess;
+  }
+  if (!plan->progressed) COMMCHECK(checkStalled(plan));
+  return commSuccess;
+}
+
+commResult_t commExecHostRun(commPlan** plans, int nPlans) {
+  commResult_t res = commSuccess;
+  commBackoff backoff = {0};
+  for (;;) {
+    int allDone = 1, progressed = 0;
+    for (int i = 0; i < nPlans; i++) {
+      commPlan* p = plans[i];
+      if (p->done) continue;
+      allDone = 0;
+      /* Plans of one communicator run in order: wait for the earlier ones. */
+      int blocked = 0;
+      for (int j = 0; j < i && !blocked; j++) blocked = plans[j]->comm == p->comm && !plans[j]->done;
+      if (blocked) continue;
+      int done;
+      commLogSetRank(p->comm->rank);
+      res = commExecHostProgress(p, &done);
+      if (res != commSuccess) {
+        /* The FIFOs of every unfinished plan's communicator are now out of step with their peers. */
+        for (int k = 0; k < nPlans; k++)
+          if (!plans[k]->done) commSetAsyncError(plans[k]->comm, res);
+        return res;
+      }
+      progressed |= p->progressed;
+    }
+    if (allDone) break;
+    if (progressed) commBackoffReset(&backoff);
+    else commBackoffWait(&backoff);
+  }
+  return res;
+}

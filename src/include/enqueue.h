@@ -1,0 +1,41 @@
+/* Tasks: one per API call, collected by groups and turned into plans at commGroupEnd. */
+#ifndef COMM_ENQUEUE_H_
+#define COMM_ENQUEUE_H_
+
+#include "exec.h"
+
+typedef enum { COMM_TASK_COLL = 0, COMM_TASK_SEND, COMM_TASK_RECV } commTaskKind_t;
+
+typedef struct commTask {
+  commTaskKind_t kind;
+  commFunc_t func;        /* collectives */
+  struct commComm* comm;
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count;
+  commDataType_t dtype;
+  commRedOp_t op;
+  int root;               /* collectives: root; p2p: peer */
+  commRedOpArgs redop;    /* resolved at enqueue time */
+  struct commTask* next;
+} commTask;
+
+/* src/core/group.c: run the task now, or keep it for the outermost commGroupEnd. */
+commResult_t commEnqueue(const commTask* task);
+/* Depth of the calling thread's group nesting. */
+int commGroupDepth(void);
+
+/* src/core/plan.c: turn each communicator's tasks into plans (collectives in order, then one batch of
+ * point-to-point operations) and establish the connections they need. lists[c] holds comms[c]'s tasks;
+ * plans[c] gets an array of nPlans[c] plans. */
+commResult_t commPlansBuildMulti(struct commComm** comms, commTask** lists, int nComms, commPlan*** plans,
+                                 int* nPlans);
+
+/* src/core/memtype.c: 1 if ptr is CUDA device memory (only detectable when the CUDA driver is present). */
+int commIsDevicePointer(const void* ptr);
+
+/* src/core/comm.c: API entry/exit bookkeeping. Enter fails with a WARN on a bad or dead comm. */
+commResult_t commApiEnter(comm_t comm, const char* api);
+void commApiLeave(comm_t comm);
+
+#endif
