@@ -1,0 +1,421 @@
+/* The "net" transport: connections over any network plugin (include/comm_net.h).
+ *
+ * Each side keeps its FIFO in local memory. On the sender, progress() posts an isend for every slot the
+ * executor filled (head) and, as sends complete in order, advances tail so the slot can be reused. On the
+ * receiver, progress() keeps an irecv posted on every free slot and, as receives complete in order,
+ * stores the size and advances head. progress() is called from the executor's wait loops. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "comm_net.h"
+#include "core.h"
+#include "debug.h"
+#include "param.h"
+#include "transport.h"
+#include "utils.h"
+
+#define NET_PAGE 4096
+
+struct commNetState {
+  const commNet_t* net;
+  int dev;
+  int fromLibrary; /* holds a reference on the loaded plugin library */
+};
+
+/* ---------------------------------------------------------------- plugin loading (process-wide) */
+
+static pthread_mutex_t netPluginLock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  char name[256];
+  void* handle;
+  const commNet_t* net;
+  int refs;
+} netPlugin;
+static int netSocketInitDone;
+
+static void netLogger(commNetLogLevel_t level, const char* file, int line, const char* fmt, ...) {
+  commLogLevel_t lvl = level == COMM_NET_LOG_WARN ? COMM_LOG_WARN
+                       : level == COMM_NET_LOG_INFO ? COMM_LOG_INFO
+                                                    : COMM_LOG_TRACE;
+  if (lvl != COMM_LOG_WARN && !COMM_LOG_ENABLED((int)lvl)) return;
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  commLog(lvl, lvl == COMM_LOG_WARN ? (unsigned long)COMM_ALLSUBSYS : (unsigned long)COMM_NET, file, line, "%s", buf);
+}
+
+static int netUsable(const commNet_t* net, const char* what) {
+  int ndev = 0;
+  if (net->version != COMM_NET_PLUGIN_VERSION) {
+    WARN("NET : plugin %s has version %d, expected %d", what, net->version, COMM_NET_PLUGIN_VERSION);
+    return 0;
+  }
+  if (net->init(netLogger) != commSuccess) {
+    WARN("NET : plugin %s failed to initialise", what);
+    return 0;
+  }
+  if (net->devices(&ndev) != commSuccess || ndev < 1) {
+    WARN("NET : plugin %s has no device", what);
+    return 0;
+  }
+  return 1;
+}
+
+/* Load (or share) the library named by COMM_NET_PLUGIN; NULL with a WARN if it cannot be used. Tries the
+ * name as given, then libcomm-net-<name>.so. Called with netPluginLock held. */
+static const commNet_t* netLoadLibrary(const char* name) {
+  if (netPlugin.refs > 0) {
+    if (strcmp(netPlugin.name, name) == 0) {
+      netPlugin.refs++;
+      return netPlugin.net;
+    }
+    WARN("NET : COMM_NET_PLUGIN=%s but plugin %s is already in use by this process", name, netPlugin.name);
+    return NULL;
+  }
+  void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  if (!handle && !strchr(name, '/')) {
+    char alt[300];
+    snprintf(alt, sizeof(alt), "libcomm-net-%s.so", name);
+    handle = dlopen(alt, RTLD_NOW | RTLD_LOCAL);
+  }
+  if (!handle) {
+    WARN("NET : cannot load COMM_NET_PLUGIN=%s: %s", name, dlerror());
+    return NULL;
+  }
+  const commNet_t* net = (const commNet_t*)dlsym(handle, COMM_NET_PLUGIN_SYMBOL);
+  if (!net) {
+    WARN("NET : %s does not export %s", name, COMM_NET_PLUGIN_SYMBOL);
+    dlclose(handle);
+    return NULL;
+  }
+  if (!netUsable(net, name)) {
+    dlclose(handle);
+    return NULL;
+  }
+  snprintf(netPlugin.name, sizeof(netPlugin.name), "%s", name);
+  netPlugin.handle = handle;
+  netPlugin.net = net;
+  netPlugin.refs = 1;
+  return net;
+}
+
+commResult_t commNetInit(struct commComm* comm) {
+  if (comm->net) return commSuccess;
+  struct commNetState* st;
+  COMMCHECK(commCalloc(&st, 1, sizeof(*st)));
+  const char* name = commParamStr("COMM_NET_PLUGIN", NULL);
+  pthread_mutex_lock(&netPluginLock);
+  if (name && strcasecmp(name, "socket") != 0) {
+    st->net = netLoadLibrary(name);
+    if (st->net) st->fromLibrary = 1;
+    else WARN("NET : falling back to the built-in Socket network");
+  }
+  if (!st->net) {
+    if (!netSocketInitDone) netSocketInitDone = netUsable(&commNetSocket, "Socket");
+    if (netSocketInitDone) st->net = &commNetSocket;
+  }
+  pthread_mutex_unlock(&netPluginLock);
+  if (!st->net) {
+    WARN("NET : no usable network plugin");
+    free(st);
+    return commSystemError;
+  }
+  st->dev = 0;
+  comm->net = st;
+  commNetProperties_t props;
+  if (st->net->getProperties(st->dev, &props) == commSuccess) {
+    INFO(COMM_NET | COMM_INIT, "NET : using network %s, device 0 %s (%d Mbps)", st->net->name,
+         props.name ? props.name : "?", props.speedMbps);
+  } else {
+    INFO(COMM_NET | COMM_INIT, "NET : using network %s", st->net->name);
+  }
+  return commSuccess;
+}
+
+commResult_t commNetFinalize(struct commComm* comm) {
+  struct commNetState* st = comm->net;
+  if (!st) return commSuccess;
+  if (st->fromLibrary) {
+    pthread_mutex_lock(&netPluginLock);
+    if (--netPlugin.refs == 0) {
+      dlclose(netPlugin.handle);
+      memset(&netPlugin, 0, sizeof(netPlugin));
+    }
+    pthread_mutex_unlock(&netPluginLock);
+  }
+  free(st);
+  comm->net = NULL;
+  return commSuccess;
+}
+
+const char* commNetName(const struct commComm* comm) {
+  return comm->net && comm->net->net ? comm->net->net->name : "none";
+}
+
+/* ---------------------------------------------------------------- connections */
+
+typedef struct {
+  const commNet_t* net;
+  int dev;
+  void* listenComm;
+  void* sendComm;
+  void* recvComm;
+  void* mhandle;
+  void* mem;
+  void* reqs[COMM_NSLOTS];
+  uint64_t posted; /* isend/irecv posted */
+  uint64_t done;   /* completed, in order */
+  int failed;
+} netPriv;
+
+static commResult_t netRegister(struct commComm* comm, commConn* conn) {
+  if (comm->nNetConns == comm->netConnsCap) {
+    int cap = comm->netConnsCap ? 2 * comm->netConnsCap : 16;
+    COMMCHECK(commRealloc(&comm->netConns, (size_t)comm->netConnsCap, (size_t)cap, sizeof(commConn*)));
+    comm->netConnsCap = cap;
+  }
+  comm->netConns[comm->nNetConns++] = conn;
+  return commSuccess;
+}
+
+static void netUnregister(struct commComm* comm, commConn* conn) {
+  for (int i = 0; i < comm->nNetConns; i++) {
+    if (comm->netConns[i] == conn) {
+      comm->netConns[i] = comm->netConns[--comm->nNetConns];
+      comm->netConns[comm->nNetConns] = NULL;
+      return;
+    }
+  }
+}
+
+static commResult_t netSetup(struct commComm* comm, commConn* conn) {
+  if (!comm->net || !comm->net->net) {
+    WARN("NET : network transport used before commNetInit");
+    return commInternalError;
+  }
+  if (comm->nSlots < 1 || comm->nSlots > COMM_NSLOTS || comm->slotBytes == 0) {
+    WARN("NET : invalid FIFO geometry (%d slots of %zu bytes)", comm->nSlots, comm->slotBytes);
+    return commInternalError;
+  }
+  netPriv* p;
+  COMMCHECK(commCalloc(&p, 1, sizeof(*p)));
+  p->net = comm->net->net;
+  p->dev = comm->net->dev;
+  conn->priv = p;
+  size_t ctrlBytes = COMM_ALIGN_UP(sizeof(commFifoCtrl), (size_t)NET_PAGE);
+  size_t bytes = ctrlBytes + (size_t)comm->nSlots * comm->slotBytes;
+  int err = posix_memalign(&p->mem, NET_PAGE, bytes);
+  if (err) {
+    p->mem = NULL;
+    WARN("NET : cannot allocate a FIFO of %zu bytes: %s", bytes, strerror(err));
+    return commSystemError;
+  }
+  memset(p->mem, 0, bytes);
+  conn->ctrl = (commFifoCtrl*)p->mem;
+  conn->slots = (char*)p->mem + ctrlBytes;
+  conn->slotBytes = comm->slotBytes;
+  conn->nSlots = comm->nSlots;
+  conn->step = 0;
+  return commSuccess;
+}
+
+static commResult_t netFail(commConn* conn, commResult_t res) {
+  netPriv* p = (netPriv*)conn->priv;
+  if (!p->failed) WARN("net connection %s rank %d failed", conn->isSend ? "to" : "from", conn->peer);
+  p->failed = 1;
+  return res == commSuccess ? commRemoteError : res;
+}
+
+/* Calls fn until *out is non-NULL, giving up at the comm's deadline or abort. */
+static commResult_t netWait(struct commComm* comm, commConn* conn, const char* what, commResult_t (*fn)(void*, void*, void**),
+                            void* a, void* b, void** out) {
+  int64_t deadline = commDeadlineNs(comm->timeoutMs);
+  commBackoff bo = {0};
+  for (;;) {
+    commResult_t res = fn(a, b, out);
+    if (res != commSuccess) return netFail(conn, res);
+    if (*out) return commSuccess;
+    if (commAborted(comm)) {
+      WARN("net connection %s rank %d: %s aborted", conn->isSend ? "to" : "from", conn->peer, what);
+      return commInternalError;
+    }
+    if (commTimeNs() > deadline) {
+      WARN("net connection %s rank %d: %s timed out after %lld ms", conn->isSend ? "to" : "from", conn->peer,
+           what, (long long)comm->timeoutMs);
+      return commTimeout;
+    }
+    commBackoffWait(&bo);
+  }
+}
+
+static commResult_t netConnectFn(void* net, void* handle, void** out) {
+  return ((const commNet_t*)net)->connect(0, handle, out);
+}
+
+static commResult_t netAcceptFn(void* net, void* listenComm, void** out) {
+  return ((const commNet_t*)net)->accept(listenComm, out);
+}
+
+static commResult_t netRecvSetup(struct commComm* comm, commConn* conn, void* info) {
+  COMMCHECK(netSetup(comm, conn));
+  netPriv* p = (netPriv*)conn->priv;
+  commResult_t res = p->net->listen(p->dev, info, &p->listenComm);
+  if (res != commSuccess) return netFail(conn, res);
+  return commSuccess;
+}
+
+static commResult_t netSendConnect(struct commComm* comm, commConn* conn, const void* info, void* ack) {
+  (void)ack;
+  COMMCHECK(netSetup(comm, conn));
+  netPriv* p = (netPriv*)conn->priv;
+  char handle[COMM_NET_HANDLE_MAXSIZE];
+  memcpy(handle, info, sizeof(handle));
+  if (p->dev != 0) {
+    WARN("NET : device %d not supported", p->dev);
+    return commInternalError;
+  }
+  COMMCHECK(netWait(comm, conn, "connect", netConnectFn, (void*)p->net, handle, &p->sendComm));
+  commResult_t res = p->net->regMr(p->sendComm, conn->slots, (size_t)conn->nSlots * conn->slotBytes,
+                                   COMM_PTR_HOST, &p->mhandle);
+  if (res != commSuccess) return netFail(conn, res);
+  return netRegister(comm, conn);
+}
+
+static commResult_t netRecvConnect(struct commComm* comm, commConn* conn, const void* ack) {
+  (void)ack;
+  netPriv* p = (netPriv*)conn->priv;
+  COMMCHECK(netWait(comm, conn, "accept", netAcceptFn, (void*)p->net, p->listenComm, &p->recvComm));
+  p->net->closeListen(p->listenComm);
+  p->listenComm = NULL;
+  commResult_t res = p->net->regMr(p->recvComm, conn->slots, (size_t)conn->nSlots * conn->slotBytes,
+                                   COMM_PTR_HOST, &p->mhandle);
+  if (res != commSuccess) return netFail(conn, res);
+  return netRegister(comm, conn);
+}
+
+static commResult_t netProgressSend(commConn* conn, netPriv* p) {
+  commFifoCtrl* ctrl = conn->ctrl;
+  uint64_t head = COMM_LOAD_ACQ(&ctrl->head);
+  if (head == p->posted && p->done == p->posted) return commSuccess; /* idle */
+  int n = conn->nSlots;
+  while (p->posted < head) {
+    int i = (int)(p->posted % (uint64_t)n);
+    uint64_t size = ctrl->sizes[i];
+    if (size > conn->slotBytes) {
+      WARN("net connection to rank %d: slot of %llu bytes exceeds the slot size %zu", conn->peer,
+           (unsigned long long)size, conn->slotBytes);
+      p->failed = 1;
+      return commInternalError;
+    }
+    void* req = NULL;
+    commResult_t res = p->net->isend(p->sendComm, conn->slots + (size_t)i * conn->slotBytes, (size_t)size, 0,
+                                     p->mhandle, &req);
+    if (res != commSuccess) return netFail(conn, res);
+    if (!req) break;
+    p->reqs[i] = req;
+    p->posted++;
+  }
+  while (p->done < p->posted) {
+    int i = (int)(p->done % (uint64_t)n);
+    int done = 0;
+    size_t size = 0;
+    commResult_t res = p->net->test(p->reqs[i], &done, &size);
+    if (res != commSuccess) return netFail(conn, res);
+    if (!done) break;
+    p->reqs[i] = NULL;
+    p->done++;
+    COMM_STORE_REL(&ctrl->tail, p->done);
+  }
+  return commSuccess;
+}
+
+static commResult_t netProgressRecv(commConn* conn, netPriv* p) {
+  commFifoCtrl* ctrl = conn->ctrl;
+  uint64_t tail = COMM_LOAD_ACQ(&ctrl->tail);
+  int n = conn->nSlots;
+  while (p->posted - tail < (uint64_t)n) {
+    int i = (int)(p->posted % (uint64_t)n);
+    void* data = conn->slots + (size_t)i * conn->slotBytes;
+    size_t cap = conn->slotBytes;
+    int tag = 0;
+    void* req = NULL;
+    commResult_t res = p->net->irecv(p->recvComm, 1, &data, &cap, &tag, &p->mhandle, &req);
+    if (res != commSuccess) return netFail(conn, res);
+    if (!req) break;
+    p->reqs[i] = req;
+    p->posted++;
+  }
+  while (p->done < p->posted) {
+    int i = (int)(p->done % (uint64_t)n);
+    int done = 0;
+    size_t size = 0;
+    commResult_t res = p->net->test(p->reqs[i], &done, &size);
+    if (res != commSuccess) return netFail(conn, res);
+    if (!done) break;
+    p->reqs[i] = NULL;
+    ctrl->sizes[i] = size;
+    p->done++;
+    COMM_STORE_REL(&ctrl->head, p->done);
+  }
+  return commSuccess;
+}
+
+static commResult_t netProgress(struct commComm* comm, commConn* conn) {
+  (void)comm;
+  netPriv* p = (netPriv*)conn->priv;
+  if (!p || p->failed) return commRemoteError;
+  if (conn->isSend) {
+    if (!p->sendComm) return commSuccess;
+    return netProgressSend(conn, p);
+  }
+  if (!p->recvComm) return commSuccess;
+  return netProgressRecv(conn, p);
+}
+
+static commResult_t netCheck(struct commComm* comm, commConn* conn) {
+  (void)comm;
+  netPriv* p = (netPriv*)conn->priv;
+  if (p && p->failed) {
+    WARN("net connection %s rank %d failed", conn->isSend ? "to" : "from", conn->peer);
+    return commRemoteError;
+  }
+  return commSuccess;
+}
+
+static commResult_t netClose(struct commComm* comm, commConn* conn) {
+  netPriv* p = (netPriv*)conn->priv;
+  netUnregister(comm, conn);
+  if (!p) return commSuccess;
+  if (p->sendComm) {
+    if (p->mhandle) p->net->deregMr(p->sendComm, p->mhandle);
+    p->net->closeSend(p->sendComm);
+  }
+  if (p->recvComm) {
+    if (p->mhandle) p->net->deregMr(p->recvComm, p->mhandle);
+    p->net->closeRecv(p->recvComm);
+  }
+  if (p->listenComm) p->net->closeListen(p->listenComm);
+  free(p->mem);
+  free(p);
+  conn->priv = NULL;
+  conn->ctrl = NULL;
+  conn->slots = NULL;
+  return commSuccess;
+}
+
+const commTransport commTransportNet = {
+    .name = "NET",
+    .recvSetup = netRecvSetup,
+    .sendConnect = netSendConnect,
+    .recvConnect = netRecvConnect,
+    .progress = netProgress,
+    .check = netCheck,
+    .close = netClose,
+};

@@ -1,0 +1,705 @@
+/* The built-in "Socket" network plugin (commNet_v1_t over TCP).
+ *
+ * Wire protocol of one connection (sender -> receiver):
+ *  - a control socket (hello index 0) and nData data sockets (hello index 1..nData); every socket starts
+ *    with an 8-byte hello {magic (low 32 bits of the handle's magic), index, nData}.
+ *  - messages are matched in order. Each message starts with its 8-byte size on the control socket.
+ *    Messages below COMM_SOCKET_INLINE bytes follow the size on the control socket; the caller's thread
+ *    moves them in isend()/test() with non-blocking I/O (no thread handoff, for latency).
+ *  - larger messages are cut into at most nData pieces of a 64 KiB-aligned length; piece j of the k-th
+ *    large message travels on data socket (k + j) % nData. Helper threads (COMM_SOCKET_NTHREADS, each
+ *    owning COMM_NSOCKS_PERTHREAD data sockets, started on the first large message) do blocking I/O on
+ *    them and mark pieces done with atomics.
+ * connect() blocks until every socket is connected and has sent its hello (the peer listens already, so
+ * the kernel completes this at once; it gives up after 30 s). accept() never blocks:
+ * it returns a NULL comm until the control socket and every data socket of one connection arrived. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "comm_net.h"
+#include "debug.h"
+#include "param.h"
+#include "socket.h"
+#include "transport.h"
+#include "utils.h"
+
+#define SOCK_MAX_DATA 16
+#define SOCK_PIECE_ALIGN (64 * 1024)
+#define SOCK_MAX_REQS COMM_NET_MAX_REQUESTS
+#define SOCK_HELLO_MAGIC_MASK 0xffffffffu
+#define SOCK_MAX_PENDING (2 * (SOCK_MAX_DATA + 1))
+#define SOCK_CONNECT_MS 30000
+
+typedef struct {
+  commSockAddr addr;
+  uint64_t magic;
+} sockHandle;
+
+typedef struct {
+  uint32_t magic;
+  uint16_t index; /* 0: control, 1..count: data */
+  uint16_t count; /* number of data sockets */
+} sockHello;
+
+_Static_assert(sizeof(sockHandle) <= COMM_NET_HANDLE_MAXSIZE, "socket handle too large");
+_Static_assert(sizeof(sockHello) == 8, "hello must be 8 bytes");
+
+/* ---------------------------------------------------------------- process-wide device state */
+
+static pthread_mutex_t sockInitLock = PTHREAD_MUTEX_INITIALIZER;
+static int sockInitDone;
+static char sockIfName[COMM_IFNAME_MAX];
+static commSockAddr sockIfAddr;
+
+static commResult_t sockInit(commNetLogger_t logger) {
+  (void)logger; /* built in: logs through debug.h directly */
+  commResult_t res = commSuccess;
+  pthread_mutex_lock(&sockInitLock);
+  if (!sockInitDone) {
+    res = commSocketFindInterface(sockIfName, &sockIfAddr);
+    if (res == commSuccess) {
+      char buf[128];
+      sockInitDone = 1;
+      INFO(COMM_NET, "NET/Socket : using interface %s %s", sockIfName,
+           commSocketAddrStr(&sockIfAddr, buf, sizeof(buf)));
+    } else {
+      WARN("NET/Socket : no usable network interface (COMM_SOCKET_IFNAME=%s)",
+           commParamStr("COMM_SOCKET_IFNAME", "<unset>"));
+    }
+  }
+  pthread_mutex_unlock(&sockInitLock);
+  return res;
+}
+
+static commResult_t sockDevices(int* ndev) {
+  *ndev = sockInitDone ? 1 : 0;
+  return commSuccess;
+}
+
+static int sockReadSpeed(const char* ifName) {
+  char path[128];
+  snprintf(path, sizeof(path), "/sys/class/net/%s/speed", ifName);
+  FILE* f = fopen(path, "r");
+  int speed = 0;
+  if (f) {
+    if (fscanf(f, "%d", &speed) != 1) speed = 0;
+    fclose(f);
+  }
+  return speed > 0 ? speed : 10000;
+}
+
+static commResult_t sockGetProperties(int dev, commNetProperties_t* props) {
+  if (dev != 0 || !sockInitDone) {
+    WARN("NET/Socket : invalid device %d", dev);
+    return commInvalidArgument;
+  }
+  memset(props, 0, sizeof(*props));
+  props->name = sockIfName;
+  props->pciPath = NULL;
+  props->guid = 0;
+  props->ptrSupport = COMM_PTR_HOST;
+  props->speedMbps = sockReadSpeed(sockIfName);
+  props->port = 0;
+  props->latencyUs = 0;
+  props->maxComms = 65536;
+  props->maxRecvs = 1;
+  props->maxMessageBytes = SIZE_MAX;
+  return commSuccess;
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static void sockTune(int fd) {
+  commSocketSetNoDelay(fd);
+  int bufBytes = (int)commParamSize("COMM_SOCKET_BUFSIZE", 4 << 20, 0, 1 << 30);
+  if (bufBytes > 0) commSocketSetBufferSizes(fd, bufBytes);
+}
+
+static void sockConfig(int* nThreads, int* nSocksPerThread) {
+  int nt = (int)commParamInt("COMM_SOCKET_NTHREADS", 2, 1, SOCK_MAX_DATA);
+  int ns = (int)commParamInt("COMM_NSOCKS_PERTHREAD", 2, 1, SOCK_MAX_DATA);
+  if (nt * ns > SOCK_MAX_DATA) ns = SOCK_MAX_DATA / nt;
+  *nThreads = nt;
+  *nSocksPerThread = ns;
+}
+
+/* ---------------------------------------------------------------- comms and requests */
+
+struct sockComm;
+
+typedef struct {
+  struct sockComm* comm;
+  int used;
+  int isSend;
+  char* data;
+  size_t cap;      /* receive: capacity posted */
+  uint64_t size;   /* message size (send: given; receive: from the header) */
+  size_t ctrlOff;  /* bytes of header + inline payload moved on the control socket */
+  int ctrlDone;    /* header (and inline payload) moved, pieces queued */
+  int pending;     /* pieces not finished by the helper threads (atomic) */
+  int err;         /* errno of a failed piece, -1 for EOF (atomic) */
+} sockReq;
+
+typedef struct {
+  int fd;
+  char* buf;
+  size_t len;
+  sockReq* req;
+} sockTask;
+
+typedef struct {
+  struct sockComm* comm;
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  sockTask* queue;
+  int cap, head, count;
+  int stop;
+  int started;
+} sockThread;
+
+typedef struct sockComm {
+  int isSend;
+  int ctrlFd;
+  int nData;
+  int dataFds[SOCK_MAX_DATA];
+  char peerStr[96];
+  int nThreads;
+  int threadsStarted;
+  sockThread threads[SOCK_MAX_DATA];
+  sockReq reqs[SOCK_MAX_REQS];
+  uint64_t posted;  /* requests posted so far */
+  uint64_t ctrlSeq; /* requests whose control part is done */
+  uint64_t largeSeq;
+  size_t inlineBytes;
+  int ctrlErr;      /* sticky error of the control socket: errno, -1 for EOF */
+} sockComm;
+
+typedef struct {
+  int fd;
+  size_t off;
+  sockHello hello;
+  commSockAddr addr;
+} sockPending;
+
+typedef struct {
+  int fd;
+  uint32_t magic;
+  commSockAddr addr;
+  sockPending pending[SOCK_MAX_PENDING];
+  int nPending;
+  int fds[SOCK_MAX_DATA + 1]; /* by hello index; -1 until arrived */
+  commSockAddr fdAddr;        /* the control socket's remote address */
+  int count;                  /* data sockets announced (-1: not known yet) */
+  int nGot;
+} sockListen;
+
+static void* sockThreadMain(void* arg) {
+  sockThread* t = (sockThread*)arg;
+  int isSend = t->comm->isSend;
+  for (;;) {
+    pthread_mutex_lock(&t->lock);
+    while (t->count == 0 && !t->stop) pthread_cond_wait(&t->cond, &t->lock);
+    if (t->stop) {
+      pthread_mutex_unlock(&t->lock);
+      break;
+    }
+    sockTask task = t->queue[t->head];
+    pthread_mutex_unlock(&t->lock);
+
+    int err = 0;
+    size_t off = 0;
+    while (off < task.len) {
+      ssize_t n = isSend ? send(task.fd, task.buf + off, task.len - off, MSG_NOSIGNAL)
+                         : recv(task.fd, task.buf + off, task.len - off, 0);
+      if (n > 0) {
+        off += (size_t)n;
+      } else if (n == 0) {
+        err = -1;
+        break;
+      } else if (errno != EINTR) {
+        err = errno ? errno : EIO;
+        break;
+      }
+    }
+    /* Free the queue entry before the request can complete and be reused. */
+    pthread_mutex_lock(&t->lock);
+    t->head = (t->head + 1) % t->cap;
+    t->count--;
+    pthread_mutex_unlock(&t->lock);
+    if (err) __atomic_store_n(&task.req->err, err, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&task.req->pending, 1, __ATOMIC_RELEASE);
+  }
+  return NULL;
+}
+
+static commResult_t sockStartThreads(sockComm* c) {
+  int perThread = COMM_DIV_UP(c->nData, c->nThreads);
+  for (int i = 0; i < c->nThreads; i++) {
+    sockThread* t = &c->threads[i];
+    t->comm = c;
+    t->cap = SOCK_MAX_REQS * perThread;
+    COMMCHECK(commCalloc(&t->queue, (size_t)t->cap, sizeof(sockTask)));
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_cond_init(&t->cond, NULL);
+    int err = pthread_create(&t->thread, NULL, sockThreadMain, t);
+    if (err) {
+      WARN("NET/Socket : pthread_create failed: %s", strerror(err));
+      pthread_cond_destroy(&t->cond);
+      pthread_mutex_destroy(&t->lock);
+      free(t->queue);
+      t->queue = NULL;
+      return commSystemError;
+    }
+    t->started = 1;
+  }
+  c->threadsStarted = 1;
+  return commSuccess;
+}
+
+static void sockStopThreads(sockComm* c) {
+  for (int i = 0; i < c->nThreads; i++) {
+    sockThread* t = &c->threads[i];
+    if (!t->started) continue;
+    pthread_mutex_lock(&t->lock);
+    t->stop = 1;
+    pthread_cond_signal(&t->cond);
+    pthread_mutex_unlock(&t->lock);
+  }
+  /* Unblock threads sitting in blocking I/O: the connection is going away. */
+  for (int i = 0; i < c->nData; i++)
+    if (c->dataFds[i] >= 0) shutdown(c->dataFds[i], SHUT_RDWR);
+  for (int i = 0; i < c->nThreads; i++) {
+    sockThread* t = &c->threads[i];
+    if (!t->started) continue;
+    pthread_join(t->thread, NULL);
+    pthread_cond_destroy(&t->cond);
+    pthread_mutex_destroy(&t->lock);
+    free(t->queue);
+    t->queue = NULL;
+    t->started = 0;
+  }
+}
+
+/* Large messages go over the data sockets; empty ones never do. */
+static inline int sockIsLarge(const sockComm* c, uint64_t size) { return size > 0 && size >= c->inlineBytes; }
+
+/* Queue the pieces of a large message (in message order on both sides). */
+static commResult_t sockQueuePieces(sockComm* c, sockReq* r) {
+  if (!c->threadsStarted) COMMCHECK(sockStartThreads(c));
+  size_t size = (size_t)r->size;
+  size_t chunk = COMM_ALIGN_UP(COMM_DIV_UP(size, (size_t)c->nData), (size_t)SOCK_PIECE_ALIGN);
+  int nPieces = (int)COMM_DIV_UP(size, chunk);
+  uint64_t seq = c->largeSeq++;
+  __atomic_store_n(&r->pending, nPieces, __ATOMIC_RELAXED);
+  for (int j = 0; j < nPieces; j++) {
+    size_t off = (size_t)j * chunk;
+    int s = (int)((seq + (uint64_t)j) % (uint64_t)c->nData);
+    sockThread* t = &c->threads[s % c->nThreads];
+    pthread_mutex_lock(&t->lock);
+    int idx = (t->head + t->count) % t->cap;
+    t->queue[idx].fd = c->dataFds[s];
+    t->queue[idx].buf = r->data + off;
+    t->queue[idx].len = COMM_MIN(chunk, size - off);
+    t->queue[idx].req = r;
+    t->count++;
+    pthread_cond_signal(&t->cond);
+    pthread_mutex_unlock(&t->lock);
+  }
+  return commSuccess;
+}
+
+static commResult_t sockCtrlError(sockComm* c, int err) {
+  c->ctrlErr = err;
+  WARN("NET/Socket : connection %s %s failed: %s", c->isSend ? "to" : "from", c->peerStr,
+       err < 0 ? "closed by peer" : strerror(err));
+  return commRemoteError;
+}
+
+/* Move header and inline payloads on the control socket, in order, without blocking. */
+static commResult_t sockProgressCtrl(sockComm* c) {
+  if (c->ctrlErr) return commRemoteError;
+  while (c->ctrlSeq < c->posted) {
+    sockReq* r = &c->reqs[c->ctrlSeq % SOCK_MAX_REQS];
+    size_t inlineLen = sockIsLarge(c, r->size) ? 0 : (size_t)r->size;
+    if (c->isSend) {
+      size_t total = sizeof(uint64_t) + inlineLen;
+      while (r->ctrlOff < total) {
+        struct iovec iov[2];
+        int n = 0;
+        if (r->ctrlOff < sizeof(uint64_t)) {
+          iov[n].iov_base = (char*)&r->size + r->ctrlOff;
+          iov[n].iov_len = sizeof(uint64_t) - r->ctrlOff;
+          n++;
+          if (inlineLen) {
+            iov[n].iov_base = r->data;
+            iov[n].iov_len = inlineLen;
+            n++;
+          }
+        } else {
+          size_t o = r->ctrlOff - sizeof(uint64_t);
+          iov[n].iov_base = r->data + o;
+          iov[n].iov_len = inlineLen - o;
+          n++;
+        }
+        struct msghdr msg;
+        memset(&msg, 0, sizeof(msg));
+        msg.msg_iov = iov;
+        msg.msg_iovlen = (size_t)n;
+        ssize_t s = sendmsg(c->ctrlFd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (s > 0) {
+          r->ctrlOff += (size_t)s;
+        } else if (s < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+          return commSuccess;
+        } else if (!(s < 0 && errno == EINTR)) {
+          return sockCtrlError(c, s < 0 ? errno : -1);
+        }
+      }
+    } else {
+      if (r->ctrlOff < sizeof(uint64_t)) {
+        while (r->ctrlOff < sizeof(uint64_t)) {
+          ssize_t s = recv(c->ctrlFd, (char*)&r->size + r->ctrlOff, sizeof(uint64_t) - r->ctrlOff, MSG_DONTWAIT);
+          if (s > 0) {
+            r->ctrlOff += (size_t)s;
+          } else if (s < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return commSuccess;
+          } else if (!(s < 0 && errno == EINTR)) {
+            return sockCtrlError(c, s < 0 ? errno : -1);
+          }
+        }
+        if (r->size > r->cap) {
+          WARN("NET/Socket : message of %llu bytes from %s is larger than the posted receive (%zu bytes)",
+               (unsigned long long)r->size, c->peerStr, r->cap);
+          c->ctrlErr = EMSGSIZE;
+          return commInternalError;
+        }
+        inlineLen = sockIsLarge(c, r->size) ? 0 : (size_t)r->size;
+      }
+      size_t total = sizeof(uint64_t) + inlineLen;
+      while (r->ctrlOff < total) {
+        size_t o = r->ctrlOff - sizeof(uint64_t);
+        ssize_t s = recv(c->ctrlFd, r->data + o, inlineLen - o, MSG_DONTWAIT);
+        if (s > 0) {
+          r->ctrlOff += (size_t)s;
+        } else if (s < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+          return commSuccess;
+        } else if (!(s < 0 && errno == EINTR)) {
+          return sockCtrlError(c, s < 0 ? errno : -1);
+        }
+      }
+      if (sockIsLarge(c, r->size)) COMMCHECK(sockQueuePieces(c, r));
+    }
+    r->ctrlDone = 1;
+    c->ctrlSeq++;
+  }
+  return commSuccess;
+}
+
+static commResult_t sockPost(sockComm* c, int isSend, void* data, size_t size, void** request) {
+  *request = NULL;
+  if (c->ctrlErr) return c->ctrlErr == EMSGSIZE ? commInternalError : commRemoteError;
+  sockReq* r = &c->reqs[c->posted % SOCK_MAX_REQS];
+  if (r->used) return commSuccess; /* too many outstanding: caller retries */
+  memset(r, 0, sizeof(*r));
+  r->comm = c;
+  r->used = 1;
+  r->isSend = isSend;
+  r->data = (char*)data;
+  if (isSend) r->size = size;
+  else r->cap = size;
+  c->posted++;
+  if (isSend && sockIsLarge(c, size)) COMMCHECK(sockQueuePieces(c, r));
+  *request = r;
+  return sockProgressCtrl(c);
+}
+
+static commResult_t sockIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {
+  (void)tag;
+  (void)mhandle;
+  sockComm* c = (sockComm*)sendComm;
+  if (!c || !c->isSend) return commInvalidArgument;
+  return sockPost(c, 1, data, size, request);
+}
+
+static commResult_t sockIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                              void** request) {
+  (void)tags;
+  (void)mhandles;
+  sockComm* c = (sockComm*)recvComm;
+  if (!c || c->isSend || n != 1) {
+    WARN("NET/Socket : irecv supports exactly one buffer (n=%d)", n);
+    return commInvalidArgument;
+  }
+  return sockPost(c, 0, data[0], sizes[0], request);
+}
+
+static commResult_t sockIflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
+  (void)recvComm;
+  (void)n;
+  (void)data;
+  (void)sizes;
+  (void)mhandles;
+  *request = NULL; /* host memory: nothing to flush */
+  return commSuccess;
+}
+
+static commResult_t sockTest(void* request, int* done, size_t* sizes) {
+  sockReq* r = (sockReq*)request;
+  *done = 0;
+  if (!r || !r->used) return commInvalidArgument;
+  sockComm* c = r->comm;
+  if (!r->ctrlDone) {
+    COMMCHECK(sockProgressCtrl(c));
+    if (!r->ctrlDone) return commSuccess;
+  }
+  if (__atomic_load_n(&r->pending, __ATOMIC_ACQUIRE) != 0) return commSuccess;
+  int err = __atomic_load_n(&r->err, __ATOMIC_RELAXED);
+  if (err) {
+    WARN("NET/Socket : connection %s %s failed: %s", c->isSend ? "to" : "from", c->peerStr,
+         err < 0 ? "closed by peer" : strerror(err));
+    return commRemoteError;
+  }
+  *done = 1;
+  if (sizes) sizes[0] = (size_t)r->size;
+  r->used = 0;
+  return commSuccess;
+}
+
+static commResult_t sockRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  (void)comm;
+  (void)data;
+  (void)size;
+  *mhandle = NULL;
+  if (type != COMM_PTR_HOST) {
+    WARN("NET/Socket : only host memory can be registered (type %d)", type);
+    return commInvalidArgument;
+  }
+  return commSuccess;
+}
+
+static commResult_t sockDeregMr(void* comm, void* mhandle) {
+  (void)comm;
+  (void)mhandle;
+  return commSuccess;
+}
+
+static commResult_t sockNewComm(int isSend, int nData, sockComm** out) {
+  sockComm* c;
+  COMMCHECK(commCalloc(&c, 1, sizeof(*c)));
+  c->isSend = isSend;
+  c->ctrlFd = -1;
+  c->nData = nData;
+  for (int i = 0; i < SOCK_MAX_DATA; i++) c->dataFds[i] = -1;
+  int nt, ns;
+  sockConfig(&nt, &ns);
+  c->nThreads = COMM_MIN(nt, nData);
+  c->inlineBytes = (size_t)commParamSize("COMM_SOCKET_INLINE", 64 * 1024, 0, 1 << 30);
+  *out = c;
+  return commSuccess;
+}
+
+static void sockFreeComm(sockComm* c) {
+  if (!c) return;
+  sockStopThreads(c);
+  if (c->ctrlFd >= 0) close(c->ctrlFd);
+  for (int i = 0; i < c->nData; i++)
+    if (c->dataFds[i] >= 0) close(c->dataFds[i]);
+  free(c);
+}
+
+/* ---------------------------------------------------------------- listen / connect / accept */
+
+static commResult_t sockListenFn(int dev, void* handle, void** listenComm) {
+  *listenComm = NULL;
+  if (dev != 0 || !sockInitDone) {
+    WARN("NET/Socket : listen on invalid device %d", dev);
+    return commInvalidArgument;
+  }
+  sockListen* l;
+  COMMCHECK(commCalloc(&l, 1, sizeof(*l)));
+  commSockAddr addr = sockIfAddr;
+  if (addr.sa.sa_family == AF_INET) addr.sin.sin_port = 0;
+  else addr.sin6.sin6_port = 0;
+  commResult_t res;
+  uint64_t magic;
+  COMMCHECKGOTO(commRandom64(&magic), res, fail);
+  COMMCHECKGOTO(commSocketListen(&addr, &l->fd), res, fail);
+  l->magic = (uint32_t)(magic & SOCK_HELLO_MAGIC_MASK);
+  l->count = -1;
+  for (int i = 0; i <= SOCK_MAX_DATA; i++) l->fds[i] = -1;
+  sockHandle* h = (sockHandle*)handle;
+  memset(h, 0, sizeof(*h));
+  h->addr = addr;
+  h->magic = l->magic;
+  *listenComm = l;
+  return commSuccess;
+fail:
+  free(l);
+  return res;
+}
+
+static commResult_t sockConnect(int dev, void* handle, void** sendComm) {
+  *sendComm = NULL;
+  if (dev != 0) return commInvalidArgument;
+  const sockHandle* h = (const sockHandle*)handle;
+  int nt, ns;
+  sockConfig(&nt, &ns);
+  sockComm* c;
+  COMMCHECK(sockNewComm(1, nt * ns, &c));
+  commSocketAddrStr(&h->addr, c->peerStr, sizeof(c->peerStr));
+  int64_t deadline = commTimeNs() + (int64_t)SOCK_CONNECT_MS * 1000000;
+  commResult_t res = commSuccess;
+  for (int i = 0; i <= c->nData; i++) {
+    int fd = -1;
+    COMMCHECKGOTO(commSocketConnect(&h->addr, &fd, deadline, NULL), res, fail);
+    if (i == 0) c->ctrlFd = fd;
+    else c->dataFds[i - 1] = fd;
+    sockTune(fd);
+    sockHello hello = {(uint32_t)(h->magic & SOCK_HELLO_MAGIC_MASK), (uint16_t)i, (uint16_t)c->nData};
+    COMMCHECKGOTO(commSocketSendAll(fd, &hello, sizeof(hello), deadline, NULL), res, fail);
+  }
+  COMMCHECKGOTO(commSocketSetNonBlocking(c->ctrlFd, 1), res, fail);
+  for (int i = 0; i < c->nData; i++) COMMCHECKGOTO(commSocketSetNonBlocking(c->dataFds[i], 0), res, fail);
+  TRACE(COMM_NET, "NET/Socket : connected to %s with %d data sockets", c->peerStr, c->nData);
+  *sendComm = c;
+  return commSuccess;
+fail:
+  WARN("NET/Socket : could not connect to %s", c->peerStr);
+  sockFreeComm(c);
+  return res;
+}
+
+static void sockDropPending(sockListen* l, int i) {
+  l->pending[i] = l->pending[l->nPending - 1];
+  l->nPending--;
+}
+
+static commResult_t sockAccept(void* listenComm, void** recvComm) {
+  *recvComm = NULL;
+  sockListen* l = (sockListen*)listenComm;
+  if (!l) return commInvalidArgument;
+  char buf[96];
+  /* New connections. */
+  while (l->nPending < SOCK_MAX_PENDING) {
+    commSockAddr addr;
+    socklen_t len = sizeof(addr);
+    int fd = accept4(l->fd, &addr.sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      WARN("NET/Socket : accept failed: %s", strerror(errno));
+      return commSystemError;
+    }
+    sockPending* p = &l->pending[l->nPending++];
+    memset(p, 0, sizeof(*p));
+    p->fd = fd;
+    p->addr = addr;
+  }
+  /* Hellos. */
+  for (int i = 0; i < l->nPending;) {
+    sockPending* p = &l->pending[i];
+    ssize_t s = recv(p->fd, (char*)&p->hello + p->off, sizeof(sockHello) - p->off, MSG_DONTWAIT);
+    if (s < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      i++;
+      continue;
+    }
+    if (s <= 0) {
+      INFO(COMM_NET, "NET/Socket : dropping connection from %s before its hello",
+           commSocketAddrStr(&p->addr, buf, sizeof(buf)));
+      close(p->fd);
+      sockDropPending(l, i);
+      continue;
+    }
+    p->off += (size_t)s;
+    if (p->off < sizeof(sockHello)) { /* read the rest on the next pass */
+      i++;
+      continue;
+    }
+    sockHello h = p->hello;
+    int ok = h.magic == l->magic && h.count >= 1 && h.count <= SOCK_MAX_DATA && h.index <= h.count &&
+             (l->count < 0 || l->count == h.count) && l->fds[h.index] < 0;
+    if (!ok) {
+      WARN("NET/Socket : rejecting connection from %s (bad hello)", commSocketAddrStr(&p->addr, buf, sizeof(buf)));
+      close(p->fd);
+    } else {
+      l->count = h.count;
+      l->fds[h.index] = p->fd;
+      if (h.index == 0) l->fdAddr = p->addr;
+      l->nGot++;
+    }
+    sockDropPending(l, i);
+  }
+  if (l->count < 0 || l->nGot < l->count + 1) return commSuccess;
+
+  sockComm* c;
+  COMMCHECK(sockNewComm(0, l->count, &c));
+  commResult_t res = commSuccess;
+  c->ctrlFd = l->fds[0];
+  for (int i = 0; i < l->count; i++) c->dataFds[i] = l->fds[i + 1];
+  for (int i = 0; i <= l->count; i++) l->fds[i] = -1;
+  l->count = -1;
+  l->nGot = 0;
+  commSocketAddrStr(&l->fdAddr, c->peerStr, sizeof(c->peerStr));
+  sockTune(c->ctrlFd);
+  for (int i = 0; i < c->nData; i++) {
+    sockTune(c->dataFds[i]);
+    COMMCHECKGOTO(commSocketSetNonBlocking(c->dataFds[i], 0), res, fail);
+  }
+  TRACE(COMM_NET, "NET/Socket : accepted %s with %d data sockets", c->peerStr, c->nData);
+  *recvComm = c;
+  return commSuccess;
+fail:
+  sockFreeComm(c);
+  return res;
+}
+
+static commResult_t sockCloseSend(void* sendComm) {
+  sockFreeComm((sockComm*)sendComm);
+  return commSuccess;
+}
+
+static commResult_t sockCloseRecv(void* recvComm) {
+  sockFreeComm((sockComm*)recvComm);
+  return commSuccess;
+}
+
+static commResult_t sockCloseListen(void* listenComm) {
+  sockListen* l = (sockListen*)listenComm;
+  if (!l) return commSuccess;
+  for (int i = 0; i < l->nPending; i++) close(l->pending[i].fd);
+  for (int i = 0; i <= SOCK_MAX_DATA; i++)
+    if (l->fds[i] >= 0) close(l->fds[i]);
+  if (l->fd >= 0) close(l->fd);
+  free(l);
+  return commSuccess;
+}
+
+const commNet_t commNetSocket = {
+    .name = "Socket",
+    .version = COMM_NET_PLUGIN_VERSION,
+    .init = sockInit,
+    .devices = sockDevices,
+    .getProperties = sockGetProperties,
+    .listen = sockListenFn,
+    .connect = sockConnect,
+    .accept = sockAccept,
+    .regMr = sockRegMr,
+    .deregMr = sockDeregMr,
+    .isend = sockIsend,
+    .irecv = sockIrecv,
+    .iflush = sockIflush,
+    .test = sockTest,
+    .closeSend = sockCloseSend,
+    .closeRecv = sockCloseRecv,
+    .closeListen = sockCloseListen,
+};

@@ -1,0 +1,265 @@
+/* The "shm" transport: the FIFO lives where both sides reach it.
+ * - Ranks in different processes of one host: POSIX shared memory created by the receiver. The name is
+ *   unlinked as soon as the sender has mapped it (recvConnect), so nothing is left in /dev/shm even if a
+ *   process dies later.
+ * - Ranks in one process: plain page-aligned memory owned by the receiver; info carries the pointer and
+ *   a per-process cookie that the sender checks. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "core.h"
+#include "debug.h"
+#include "transport.h"
+#include "utils.h"
+
+#define SHM_PAGE 4096
+#define SHM_NAME_MAX 64
+
+enum { SHM_KIND_SHARED = 1, SHM_KIND_LOCAL = 2 };
+
+typedef struct {
+  int32_t kind;
+  int32_t pid;       /* the receiver's pid */
+  uint64_t size;     /* bytes of the mapping */
+  uint64_t cookie;   /* local: this process's cookie */
+  uint64_t ptr;      /* local: address of the FIFO */
+  char name[SHM_NAME_MAX]; /* shared: shm_open name */
+} shmInfo;
+
+typedef struct {
+  int kind;
+  int owner;        /* receiver side: frees / unlinks */
+  int peerPid;
+  void* base;
+  size_t size;
+  int unlinked;
+  char name[SHM_NAME_MAX];
+} shmPriv;
+
+static uint64_t shmCookie;
+
+static commResult_t shmProcessCookie(uint64_t* out) {
+  uint64_t c = __atomic_load_n(&shmCookie, __ATOMIC_ACQUIRE);
+  if (c == 0) {
+    uint64_t r = 0;
+    COMMCHECK(commRandom64(&r));
+    r |= 1;
+    uint64_t expected = 0;
+    __atomic_compare_exchange_n(&shmCookie, &expected, r, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    c = __atomic_load_n(&shmCookie, __ATOMIC_ACQUIRE);
+  }
+  *out = c;
+  return commSuccess;
+}
+
+static size_t shmCtrlBytes(void) { return COMM_ALIGN_UP(sizeof(commFifoCtrl), (size_t)SHM_PAGE); }
+
+static void shmAttach(struct commComm* comm, commConn* conn, shmPriv* p) {
+  conn->ctrl = (commFifoCtrl*)p->base;
+  conn->slots = (char*)p->base + shmCtrlBytes();
+  conn->slotBytes = comm->slotBytes;
+  conn->nSlots = comm->nSlots;
+  conn->step = 0;
+}
+
+static int shmSameProcess(struct commComm* comm, int peer) {
+  return comm->peers[peer].pid == (int)getpid() && comm->peers[peer].hostHash == comm->peers[comm->rank].hostHash;
+}
+
+static commResult_t shmRecvSetup(struct commComm* comm, commConn* conn, void* info) {
+  if (comm->nSlots < 1 || comm->nSlots > COMM_NSLOTS || comm->slotBytes == 0) {
+    WARN("SHM : invalid FIFO geometry (%d slots of %zu bytes)", comm->nSlots, comm->slotBytes);
+    return commInternalError;
+  }
+  shmPriv* p;
+  COMMCHECK(commCalloc(&p, 1, sizeof(*p)));
+  conn->priv = p;
+  p->owner = 1;
+  p->peerPid = comm->peers[conn->peer].pid;
+  p->size = shmCtrlBytes() + (size_t)comm->nSlots * comm->slotBytes;
+  shmInfo* si = (shmInfo*)info;
+  memset(si, 0, sizeof(*si));
+  si->pid = (int32_t)getpid();
+  si->size = p->size;
+
+  if (shmSameProcess(comm, conn->peer)) {
+    p->kind = SHM_KIND_LOCAL;
+    int err = posix_memalign(&p->base, SHM_PAGE, p->size);
+    if (err) {
+      p->base = NULL;
+      WARN("SHM : cannot allocate a FIFO of %zu bytes: %s", p->size, strerror(err));
+      return commSystemError;
+    }
+    memset(p->base, 0, p->size);
+    si->kind = SHM_KIND_LOCAL;
+    COMMCHECK(shmProcessCookie(&si->cookie));
+    si->ptr = (uint64_t)(uintptr_t)p->base;
+    shmAttach(comm, conn, p);
+    return commSuccess;
+  }
+
+  p->kind = SHM_KIND_SHARED;
+  uint64_t rnd;
+  COMMCHECK(commRandom64(&rnd));
+  snprintf(p->name, sizeof(p->name), "/comm-%d-%016llx", (int)getpid(), (unsigned long long)rnd);
+  int fd = shm_open(p->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) {
+    WARN("SHM : shm_open(%s) failed: %s", p->name, strerror(errno));
+    p->unlinked = 1;
+    return commSystemError;
+  }
+  commResult_t res = commSuccess;
+  if (ftruncate(fd, (off_t)p->size) != 0) {
+    WARN("SHM : ftruncate(%s, %zu) failed: %s", p->name, p->size, strerror(errno));
+    res = commSystemError;
+    goto fail;
+  }
+  /* Reserve the pages now: a /dev/shm that is too small fails here with a clear message, not later
+   * with SIGBUS in the middle of a collective. */
+  int err;
+  do {
+    err = posix_fallocate(fd, 0, (off_t)p->size);
+  } while (err == EINTR);
+  if (err != 0) {
+    WARN("SHM : cannot reserve %zu bytes in /dev/shm for %s: %s (is /dev/shm too small? e.g. docker "
+         "--shm-size; COMM_SHM_DISABLE=1 uses the network instead)",
+         p->size, p->name, strerror(err));
+    res = commSystemError;
+    goto fail;
+  }
+  p->base = mmap(NULL, p->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p->base == MAP_FAILED) {
+    p->base = NULL;
+    WARN("SHM : mmap(%s, %zu) failed: %s", p->name, p->size, strerror(errno));
+    res = commSystemError;
+    goto fail;
+  }
+  close(fd);
+  si->kind = SHM_KIND_SHARED;
+  snprintf(si->name, sizeof(si->name), "%s", p->name);
+  shmAttach(comm, conn, p);
+  TRACE(COMM_SHM, "SHM : created %s (%zu bytes) for rank %d -> rank %d", p->name, p->size, conn->peer, comm->rank);
+  return commSuccess;
+fail:
+  close(fd);
+  shm_unlink(p->name);
+  p->unlinked = 1;
+  return res;
+}
+
+static commResult_t shmSendConnect(struct commComm* comm, commConn* conn, const void* info, void* ack) {
+  (void)ack;
+  shmInfo si;
+  memcpy(&si, info, sizeof(si));
+  si.name[SHM_NAME_MAX - 1] = '\0';
+  size_t expect = shmCtrlBytes() + (size_t)comm->nSlots * comm->slotBytes;
+  if (si.size != expect) {
+    WARN("SHM : rank %d offers a FIFO of %llu bytes, expected %zu (different COMM_BUFFSIZE?)", conn->peer,
+         (unsigned long long)si.size, expect);
+    return commInvalidUsage;
+  }
+  shmPriv* p;
+  COMMCHECK(commCalloc(&p, 1, sizeof(*p)));
+  conn->priv = p;
+  p->peerPid = si.pid;
+  p->size = (size_t)si.size;
+  p->unlinked = 1; /* the receiver owns the name */
+
+  if (si.kind == SHM_KIND_LOCAL) {
+    uint64_t cookie;
+    COMMCHECK(shmProcessCookie(&cookie));
+    if (si.cookie != cookie || si.pid != (int32_t)getpid()) {
+      WARN("SHM : rank %d offered in-process memory but is not in this process", conn->peer);
+      return commInternalError;
+    }
+    p->kind = SHM_KIND_LOCAL;
+    p->base = (void*)(uintptr_t)si.ptr;
+    shmAttach(comm, conn, p);
+    return commSuccess;
+  }
+  if (si.kind != SHM_KIND_SHARED) {
+    WARN("SHM : bad connection info from rank %d", conn->peer);
+    return commInternalError;
+  }
+  p->kind = SHM_KIND_SHARED;
+  snprintf(p->name, sizeof(p->name), "%s", si.name);
+  int fd = shm_open(si.name, O_RDWR, 0600);
+  if (fd < 0) {
+    WARN("SHM : shm_open(%s) of rank %d failed: %s", si.name, conn->peer, strerror(errno));
+    return commSystemError;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || (size_t)st.st_size < p->size) {
+    WARN("SHM : %s of rank %d is smaller than expected", si.name, conn->peer);
+    close(fd);
+    return commSystemError;
+  }
+  p->base = mmap(NULL, p->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int mmapErr = errno;
+  close(fd);
+  if (p->base == MAP_FAILED) {
+    p->base = NULL;
+    WARN("SHM : mmap(%s) of rank %d failed: %s", si.name, conn->peer, strerror(mmapErr));
+    return commSystemError;
+  }
+  shmAttach(comm, conn, p);
+  return commSuccess;
+}
+
+static commResult_t shmRecvConnect(struct commComm* comm, commConn* conn, const void* ack) {
+  (void)comm;
+  (void)ack;
+  shmPriv* p = (shmPriv*)conn->priv;
+  if (p->kind == SHM_KIND_SHARED && !p->unlinked) {
+    if (shm_unlink(p->name) != 0 && errno != ENOENT) WARN("SHM : shm_unlink(%s) failed: %s", p->name, strerror(errno));
+    p->unlinked = 1;
+  }
+  return commSuccess;
+}
+
+static commResult_t shmCheck(struct commComm* comm, commConn* conn) {
+  (void)comm;
+  shmPriv* p = (shmPriv*)conn->priv;
+  if (!p || p->peerPid <= 0 || p->peerPid == (int)getpid()) return commSuccess;
+  if (kill((pid_t)p->peerPid, 0) != 0 && errno == ESRCH) {
+    WARN("peer rank %d (pid %d) is gone", conn->peer, p->peerPid);
+    return commRemoteError;
+  }
+  return commSuccess;
+}
+
+static commResult_t shmClose(struct commComm* comm, commConn* conn) {
+  (void)comm;
+  shmPriv* p = (shmPriv*)conn->priv;
+  if (!p) return commSuccess;
+  if (p->kind == SHM_KIND_SHARED) {
+    if (p->base) munmap(p->base, p->size);
+    if (!p->unlinked) shm_unlink(p->name);
+  } else if (p->kind == SHM_KIND_LOCAL && p->owner) {
+    free(p->base);
+  }
+  free(p);
+  conn->priv = NULL;
+  conn->ctrl = NULL;
+  conn->slots = NULL;
+  return commSuccess;
+}
+
+const commTransport commTransportShm = {
+    .name = "SHM",
+    .recvSetup = shmRecvSetup,
+    .sendConnect = shmSendConnect,
+    .recvConnect = shmRecvConnect,
+    .progress = NULL,
+    .check = shmCheck,
+    .close = shmClose,
+};

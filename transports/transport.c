@@ -1,0 +1,244 @@
+/* Connection setup and teardown, independent of the transport.
+ *
+ * commTransportConnect runs three phases over the bootstrap, so that nobody waits on a peer that is not
+ * listening yet:
+ *   1. every receiver chooses the transport, runs recvSetup and sends the info to its sender;
+ *   2. every sender receives the info, runs sendConnect and sends the ack back;
+ *   3. every receiver receives the ack and runs recvConnect.
+ * Bootstrap tags: COMM_TRANSPORT_TAG_BASE + channel * 4 + phase. Between ranks A and B, the messages of the
+ * A->B connection (info B->A in phase 1, ack A->B in phase 2) and those of the B->A connection (info A->B
+ * in phase 1, ack B->A in phase 2) differ in source or phase, so they can never be confused. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bootstrap.h"
+#include "check.h"
+#include "core.h"
+#include "debug.h"
+#include "transport.h"
+#include "utils.h"
+
+#define COMM_TRANSPORT_TAG_BASE 0x40000000
+#define CONN_HDR_BYTES 8
+#define DRAIN_MAX_MS 5000 /* at close, at most this long for queued network sends to leave */ /* transport id at the start of info and ack */
+
+enum { PHASE_INFO = 1, PHASE_ACK = 2 };
+
+static const commTransport* const transports[COMM_NUM_TRANSPORTS] = {&commTransportShm, &commTransportNet};
+
+static void putId(char* msg, int32_t id) { memcpy(msg, &id, sizeof(id)); }
+static int32_t getId(const char* msg) {
+  int32_t id;
+  memcpy(&id, msg, sizeof(id));
+  return id;
+}
+
+static int connTag(int channel, int phase) { return COMM_TRANSPORT_TAG_BASE + channel * 4 + phase; }
+
+static commConn** connSlot(struct commComm* comm, const commConnRequest* r) {
+  commChannel* ch = &comm->channels[r->channel];
+  commConn** arr = r->isSend ? ch->send : ch->recv;
+  return arr ? &arr[r->peer] : NULL;
+}
+
+static void connDestroy(struct commComm* comm, commConn** slot) {
+  commConn* conn = *slot;
+  if (!conn) return;
+  if (conn->transport && conn->transport->close) conn->transport->close(comm, conn);
+  free(conn);
+  *slot = NULL;
+}
+
+/* Exchange with ourselves without the bootstrap (a ring of one, or a self connection). */
+typedef struct {
+  int used;
+  int channel;
+  char msg[COMM_CONN_INFO_BYTES];
+} selfMsg;
+
+static commResult_t exchangeSend(struct commComm* comm, int peer, int channel, int phase, const char* msg,
+                                 selfMsg* self) {
+  if (peer == comm->rank) {
+    for (int i = 0; i < COMM_MAX_CHANNELS * 2; i++) {
+      if (!self[i].used) {
+        self[i].used = phase;
+        self[i].channel = channel;
+        memcpy(self[i].msg, msg, COMM_CONN_INFO_BYTES);
+        return commSuccess;
+      }
+    }
+    WARN("transport: too many self connections");
+    return commInternalError;
+  }
+  return bootstrapSend(comm->bootstrap, peer, connTag(channel, phase), msg, COMM_CONN_INFO_BYTES);
+}
+
+static commResult_t exchangeRecv(struct commComm* comm, int peer, int channel, int phase, char* msg,
+                                 selfMsg* self) {
+  if (peer == comm->rank) {
+    for (int i = 0; i < COMM_MAX_CHANNELS * 2; i++) {
+      if (self[i].used == phase && self[i].channel == channel) {
+        memcpy(msg, self[i].msg, COMM_CONN_INFO_BYTES);
+        self[i].used = 0;
+        return commSuccess;
+      }
+    }
+    WARN("transport: channel %d: self connection without its other end", channel);
+    return commInternalError;
+  }
+  return bootstrapRecv(comm->bootstrap, peer, connTag(channel, phase), msg, COMM_CONN_INFO_BYTES);
+}
+
+static void logConn(struct commComm* comm, const commConn* conn, int id) {
+  int from = conn->isSend ? comm->rank : conn->peer;
+  int to = conn->isSend ? conn->peer : comm->rank;
+  if (id == COMM_TRANSPORT_SHM) {
+    INFO(COMM_INIT | COMM_SHM, "Channel %02d : rank %d -> rank %d via SHM", conn->channel, from, to);
+  } else {
+    INFO(COMM_INIT | COMM_NET, "Channel %02d : rank %d -> rank %d via NET(%s)", conn->channel, from, to,
+         commNetName(comm));
+  }
+}
+
+commResult_t commTransportConnect(struct commComm* comm, const commConnRequest* reqs, int nReqs) {
+  commResult_t res = commSuccess;
+  commConn** made = NULL; /* per request: the conn this call created (NULL: nothing to do) */
+  selfMsg* self = NULL;
+  char msg[COMM_CONN_INFO_BYTES];
+  if (nReqs <= 0) return commSuccess;
+  COMMCHECK(commCalloc(&made, (size_t)nReqs, sizeof(commConn*)));
+
+  /* Validate and create the missing conns, so that duplicate requests see them. */
+  int needSelf = 0;
+  for (int i = 0; i < nReqs; i++) {
+    const commConnRequest* r = &reqs[i];
+    if (r->channel < 0 || r->channel >= COMM_MAX_CHANNELS || r->peer < 0 || r->peer >= comm->nRanks) {
+      WARN("transport: invalid connection request (channel %d, peer %d of %d ranks)", r->channel, r->peer,
+           comm->nRanks);
+      res = commInternalError;
+      goto fail;
+    }
+    commConn** slot = connSlot(comm, r);
+    if (!slot) {
+      WARN("transport: channel %d has no connection arrays", r->channel);
+      res = commInternalError;
+      goto fail;
+    }
+    if (*slot) continue;
+    COMMCHECKGOTO(commCalloc(slot, 1, sizeof(commConn)), res, fail);
+    made[i] = *slot;
+    made[i]->peer = r->peer;
+    made[i]->channel = r->channel;
+    made[i]->isSend = r->isSend ? 1 : 0;
+    if (r->peer == comm->rank) needSelf = 1;
+  }
+  if (needSelf) COMMCHECKGOTO(commCalloc(&self, COMM_MAX_CHANNELS * 2, sizeof(selfMsg)), res, fail);
+
+  /* Phase 1: receivers set up and publish their info. */
+  for (int i = 0; i < nReqs; i++) {
+    commConn* conn = made[i];
+    if (!conn || conn->isSend) continue;
+    int id = (comm->peers[conn->peer].hostHash == comm->peers[comm->rank].hostHash && !comm->shmDisable)
+                 ? COMM_TRANSPORT_SHM
+                 : COMM_TRANSPORT_NET;
+    conn->transport = transports[id];
+    logConn(comm, conn, id);
+    memset(msg, 0, sizeof(msg));
+    putId(msg, id);
+    COMMCHECKGOTO(conn->transport->recvSetup(comm, conn, msg + CONN_HDR_BYTES), res, fail);
+    COMMCHECKGOTO(exchangeSend(comm, conn->peer, conn->channel, PHASE_INFO, msg, self), res, fail);
+  }
+  /* Phase 2: senders connect and acknowledge. */
+  for (int i = 0; i < nReqs; i++) {
+    commConn* conn = made[i];
+    if (!conn || !conn->isSend) continue;
+    COMMCHECKGOTO(exchangeRecv(comm, conn->peer, conn->channel, PHASE_INFO, msg, self), res, fail);
+    int32_t id = getId(msg);
+    if (id < 0 || id >= COMM_NUM_TRANSPORTS) {
+      WARN("transport: channel %d: rank %d sent an unknown transport id %d", conn->channel, conn->peer, (int)id);
+      res = commInternalError;
+      goto fail;
+    }
+    conn->transport = transports[id];
+    logConn(comm, conn, id);
+    char ack[COMM_CONN_INFO_BYTES];
+    memset(ack, 0, sizeof(ack));
+    putId(ack, id);
+    COMMCHECKGOTO(conn->transport->sendConnect(comm, conn, msg + CONN_HDR_BYTES, ack + CONN_HDR_BYTES), res, fail);
+    COMMCHECKGOTO(exchangeSend(comm, conn->peer, conn->channel, PHASE_ACK, ack, self), res, fail);
+  }
+  /* Phase 3: receivers complete. */
+  for (int i = 0; i < nReqs; i++) {
+    commConn* conn = made[i];
+    if (!conn || conn->isSend) continue;
+    COMMCHECKGOTO(exchangeRecv(comm, conn->peer, conn->channel, PHASE_ACK, msg, self), res, fail);
+    if (getId(msg) != (int32_t)(conn->transport == &commTransportShm ? COMM_TRANSPORT_SHM : COMM_TRANSPORT_NET)) {
+      WARN("transport: channel %d: rank %d acknowledged with another transport", conn->channel, conn->peer);
+      res = commInternalError;
+      goto fail;
+    }
+    COMMCHECKGOTO(conn->transport->recvConnect(comm, conn, msg + CONN_HDR_BYTES), res, fail);
+  }
+  free(self);
+  free(made);
+  return commSuccess;
+
+fail:
+  /* Remove every conn this call created; earlier connections stay usable. */
+  for (int i = 0; i < nReqs; i++) {
+    if (!made[i]) continue;
+    commConn** slot = connSlot(comm, &reqs[i]);
+    if (slot && *slot == made[i]) connDestroy(comm, slot);
+  }
+  free(self);
+  free(made);
+  return res;
+}
+
+commResult_t commTransportProgress(struct commComm* comm) {
+  commResult_t first = commSuccess;
+  int n = comm->nNetConns;
+  for (int i = 0; i < n; i++) {
+    commConn* conn = comm->netConns[i];
+    commResult_t res = conn->transport->progress(comm, conn);
+    if (res != commSuccess && first == commSuccess) first = res;
+  }
+  return first;
+}
+
+/* Give data already handed to network sends a bounded chance to leave before the sockets close. */
+static void drainSends(struct commComm* comm) {
+  if (commAborted(comm) || comm->nNetConns == 0) return;
+  int64_t ms = comm->timeoutMs < 0 || comm->timeoutMs > DRAIN_MAX_MS ? DRAIN_MAX_MS : comm->timeoutMs;
+  int64_t deadline = commDeadlineNs(ms);
+  commBackoff bo = {0};
+  for (;;) {
+    int pending = 0;
+    for (int i = 0; i < comm->nNetConns; i++) {
+      commConn* conn = comm->netConns[i];
+      if (!conn->isSend || !conn->ctrl) continue;
+      if (COMM_LOAD_ACQ(&conn->ctrl->tail) < COMM_LOAD_ACQ(&conn->ctrl->head)) {
+        if (conn->transport->progress(comm, conn) != commSuccess) return;
+        pending = 1;
+      }
+    }
+    if (!pending || commAborted(comm) || commTimeNs() > deadline) return;
+    commBackoffWait(&bo);
+  }
+}
+
+commResult_t commTransportCloseAll(struct commComm* comm) {
+  drainSends(comm);
+  for (int c = 0; c < COMM_MAX_CHANNELS; c++) {
+    commChannel* ch = &comm->channels[c];
+    for (int p = 0; p < comm->nRanks; p++) {
+      if (ch->send) connDestroy(comm, &ch->send[p]);
+      if (ch->recv) connDestroy(comm, &ch->recv[p]);
+    }
+  }
+  free(comm->netConns);
+  comm->netConns = NULL;
+  comm->nNetConns = 0;
+  comm->netConnsCap = 0;
+  return commSuccess;
+}
