@@ -15,7 +15,7 @@
 #define COMM_DEFAULT_TIMEOUT_MS 600000
 #define COMM_DEFAULT_BUFFSIZE (4 << 20)
 /* Bootstrap tags used by the core (transports use small non-negative tags). */
-#define COMM_TAG_SPLIT (1 << 30)
+#define COMM_TAG_SPLIT 0x20000000 /* transports use 0x40000000 and up */
 
 /* ---- Registry of live communicators: handles are checked against it, so a destroyed handle is an error
  * and never a read of freed memory. ---- */
