@@ -125,5 +125,10 @@ typedef struct {
  * the rank, channel and step. stats may be NULL. */
 commResult_t commVerifyColl(const commCollArgs* args, commSchedBuilder_t build, size_t fifoElems,
                             size_t pieceElems, commVerifyStats* stats);
+/* src/sched/verify.c: the same for grouped send/recv. ops[r][0..nOps[r]) are rank r's operations (each on
+ * its own user buffer); the schedules come from commP2pBuild; the i-th recv of rank r from p must end up
+ * holding exactly the data of the i-th send of p to r. */
+commResult_t commVerifyP2p(int nRanks, const commP2pOp* const* ops, const int* nOps, size_t fifoElems,
+                           size_t pieceElems, commVerifyStats* stats);
 
 #endif
