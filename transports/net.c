@@ -3,13 +3,20 @@
  * Each side keeps its FIFO in local memory. On the sender, progress() posts an isend for every slot the
  * executor filled (head) and, as sends complete in order, advances tail so the slot can be reused. On the
  * receiver, progress() keeps an irecv posted on every free slot and, as receives complete in order,
- * stores the size and advances head. progress() is called from the executor's wait loops. */
+ * stores the size and advances head. progress() is called from the executor's wait loops.
+ *
+ * The executor stops calling progress() once its collective is done, yet its last slots may not have
+ * left: a peer would then wait until this rank's next collective. So each comm with network connections
+ * also has a proxy thread that moves filled send slots while the executor is away. It polls (every
+ * NET_PROXY_IDLE_US when idle, NET_PROXY_BUSY_US while sends are pending) and stays out of the way while
+ * the executor is calling progress(). A per-connection try-lock makes the two callers exclusive. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "comm_net.h"
@@ -20,12 +27,22 @@
 #include "utils.h"
 
 #define NET_PAGE 4096
+#define NET_PROXY_IDLE_US 200
+#define NET_PROXY_BUSY_US 20
 
 struct commNetState {
   const commNet_t* net;
   int dev;
   int fromLibrary; /* holds a reference on the loaded plugin library */
+  /* Proxy thread. listLock guards comm->netConns against the proxy (the owner thread reads it freely). */
+  struct commComm* comm;
+  pthread_mutex_t listLock;
+  pthread_t proxy;
+  int proxyStarted;
+  int proxyStop;      /* atomic */
+  uint64_t execCalls; /* progress() calls from the executor (atomic, relaxed) */
 };
+
 
 /* ---------------------------------------------------------------- plugin loading (process-wide) */
 
@@ -128,6 +145,8 @@ commResult_t commNetInit(struct commComm* comm) {
     return commSystemError;
   }
   st->dev = 0;
+  st->comm = comm;
+  pthread_mutex_init(&st->listLock, NULL);
   comm->net = st;
   commNetProperties_t props;
   if (st->net->getProperties(st->dev, &props) == commSuccess) {
@@ -142,6 +161,12 @@ commResult_t commNetInit(struct commComm* comm) {
 commResult_t commNetFinalize(struct commComm* comm) {
   struct commNetState* st = comm->net;
   if (!st) return commSuccess;
+  if (st->proxyStarted) {
+    __atomic_store_n(&st->proxyStop, 1, __ATOMIC_RELEASE);
+    pthread_join(st->proxy, NULL);
+    st->proxyStarted = 0;
+  }
+  pthread_mutex_destroy(&st->listLock);
   if (st->fromLibrary) {
     pthread_mutex_lock(&netPluginLock);
     if (--netPlugin.refs == 0) {
@@ -173,26 +198,46 @@ typedef struct {
   uint64_t posted; /* isend/irecv posted */
   uint64_t done;   /* completed, in order */
   int failed;
+  int busy; /* try-lock between the executor and the proxy thread */
 } netPriv;
 
+static void* netProxyMain(void* arg);
+
+static int netFailed(const netPriv* p) { return __atomic_load_n(&p->failed, __ATOMIC_RELAXED); }
+static void netSetFailed(netPriv* p) { __atomic_store_n(&p->failed, 1, __ATOMIC_RELAXED); }
+
 static commResult_t netRegister(struct commComm* comm, commConn* conn) {
+  struct commNetState* st = comm->net;
+  commResult_t res = commSuccess;
+  pthread_mutex_lock(&st->listLock);
   if (comm->nNetConns == comm->netConnsCap) {
     int cap = comm->netConnsCap ? 2 * comm->netConnsCap : 16;
-    COMMCHECK(commRealloc(&comm->netConns, (size_t)comm->netConnsCap, (size_t)cap, sizeof(commConn*)));
-    comm->netConnsCap = cap;
+    res = commRealloc(&comm->netConns, (size_t)comm->netConnsCap, (size_t)cap, sizeof(commConn*));
+    if (res == commSuccess) comm->netConnsCap = cap;
   }
-  comm->netConns[comm->nNetConns++] = conn;
+  if (res == commSuccess) comm->netConns[comm->nNetConns++] = conn;
+  pthread_mutex_unlock(&st->listLock);
+  if (res != commSuccess || st->proxyStarted) return res;
+  int err = pthread_create(&st->proxy, NULL, netProxyMain, st);
+  if (err) {
+    WARN("NET : cannot start the network proxy thread: %s", strerror(err));
+    return commSystemError;
+  }
+  st->proxyStarted = 1;
   return commSuccess;
 }
 
 static void netUnregister(struct commComm* comm, commConn* conn) {
+  struct commNetState* st = comm->net;
+  if (st) pthread_mutex_lock(&st->listLock);
   for (int i = 0; i < comm->nNetConns; i++) {
     if (comm->netConns[i] == conn) {
       comm->netConns[i] = comm->netConns[--comm->nNetConns];
       comm->netConns[comm->nNetConns] = NULL;
-      return;
+      break;
     }
   }
+  if (st) pthread_mutex_unlock(&st->listLock);
 }
 
 static commResult_t netSetup(struct commComm* comm, commConn* conn) {
@@ -228,8 +273,8 @@ static commResult_t netSetup(struct commComm* comm, commConn* conn) {
 
 static commResult_t netFail(commConn* conn, commResult_t res) {
   netPriv* p = (netPriv*)conn->priv;
-  if (!p->failed) WARN("net connection %s rank %d failed", conn->isSend ? "to" : "from", conn->peer);
-  p->failed = 1;
+  if (!netFailed(p)) WARN("net connection %s rank %d failed", conn->isSend ? "to" : "from", conn->peer);
+  netSetFailed(p);
   return res == commSuccess ? commRemoteError : res;
 }
 
@@ -311,7 +356,7 @@ static commResult_t netProgressSend(commConn* conn, netPriv* p) {
     if (size > conn->slotBytes) {
       WARN("net connection to rank %d: slot of %llu bytes exceeds the slot size %zu", conn->peer,
            (unsigned long long)size, conn->slotBytes);
-      p->failed = 1;
+      netSetFailed(p);
       return commInternalError;
     }
     void* req = NULL;
@@ -368,21 +413,55 @@ static commResult_t netProgressRecv(commConn* conn, netPriv* p) {
 }
 
 static commResult_t netProgress(struct commComm* comm, commConn* conn) {
-  (void)comm;
   netPriv* p = (netPriv*)conn->priv;
-  if (!p || p->failed) return commRemoteError;
-  if (conn->isSend) {
-    if (!p->sendComm) return commSuccess;
-    return netProgressSend(conn, p);
+  if (!p) return commInternalError;
+  if (netFailed(p)) {
+    WARN("net connection %s rank %d failed", conn->isSend ? "to" : "from", conn->peer);
+    return commRemoteError;
   }
-  if (!p->recvComm) return commSuccess;
-  return netProgressRecv(conn, p);
+  if (comm->net) __atomic_fetch_add(&comm->net->execCalls, 1, __ATOMIC_RELAXED);
+  if (__atomic_exchange_n(&p->busy, 1, __ATOMIC_ACQUIRE)) return commSuccess; /* the other thread is on it */
+  commResult_t res = commSuccess;
+  if (conn->isSend) {
+    if (p->sendComm) res = netProgressSend(conn, p);
+  } else if (p->recvComm) {
+    res = netProgressRecv(conn, p);
+  }
+  __atomic_store_n(&p->busy, 0, __ATOMIC_RELEASE);
+  return res;
+}
+
+/* Moves filled send slots while the executor is not calling progress(). */
+static void* netProxyMain(void* arg) {
+  struct commNetState* st = (struct commNetState*)arg;
+  struct commComm* comm = st->comm;
+  uint64_t lastExec = __atomic_load_n(&st->execCalls, __ATOMIC_RELAXED);
+  while (!__atomic_load_n(&st->proxyStop, __ATOMIC_ACQUIRE)) {
+    int pending = 0;
+    uint64_t exec = __atomic_load_n(&st->execCalls, __ATOMIC_RELAXED);
+    if (exec == lastExec) { /* the executor has been away since the last round */
+      pthread_mutex_lock(&st->listLock);
+      for (int i = 0; i < comm->nNetConns; i++) {
+        commConn* conn = comm->netConns[i];
+        netPriv* p = (netPriv*)conn->priv;
+        if (!conn->isSend || !p || !p->sendComm || netFailed(p)) continue;
+        if (__atomic_exchange_n(&p->busy, 1, __ATOMIC_ACQUIRE)) continue; /* the executor is back */
+        if (netProgressSend(conn, p) == commSuccess && p->done < COMM_LOAD_ACQ(&conn->ctrl->head)) pending = 1;
+        __atomic_store_n(&p->busy, 0, __ATOMIC_RELEASE);
+      }
+      pthread_mutex_unlock(&st->listLock);
+    }
+    lastExec = exec;
+    struct timespec ts = {0, (pending ? NET_PROXY_BUSY_US : NET_PROXY_IDLE_US) * 1000L};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
 }
 
 static commResult_t netCheck(struct commComm* comm, commConn* conn) {
   (void)comm;
   netPriv* p = (netPriv*)conn->priv;
-  if (p && p->failed) {
+  if (p && netFailed(p)) {
     WARN("net connection %s rank %d failed", conn->isSend ? "to" : "from", conn->peer);
     return commRemoteError;
   }
