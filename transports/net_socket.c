@@ -3,9 +3,10 @@
  * Wire protocol of one connection (sender -> receiver):
  *  - a control socket (hello index 0) and nData data sockets (hello index 1..nData); every socket starts
  *    with an 8-byte hello {magic (low 32 bits of the handle's magic), index, nData}.
- *  - messages are matched in order. Each message starts with its 8-byte size on the control socket.
- *    Messages below COMM_SOCKET_INLINE bytes follow the size on the control socket; the caller's thread
- *    moves them in isend()/test() with non-blocking I/O (no thread handoff, for latency).
+ *  - messages are matched in order. Each message starts with its 8-byte size on the control socket; its
+ *    top bit says whether the payload follows inline. The sender inlines messages below
+ *    COMM_SOCKET_INLINE bytes (64 KiB); the caller's thread moves them in isend()/test() with non-blocking
+ *    I/O (no thread handoff, for latency).
  *  - larger messages are cut into at most nData pieces of a 64 KiB-aligned length; piece j of the k-th
  *    large message travels on data socket (k + j) % nData. Helper threads (COMM_SOCKET_NTHREADS, each
  *    owning COMM_NSOCKS_PERTHREAD data sockets, started on the first large message) do blocking I/O on
@@ -39,6 +40,7 @@
 #define SOCK_HELLO_MAGIC_MASK 0xffffffffu
 #define SOCK_MAX_PENDING (2 * (SOCK_MAX_DATA + 1))
 #define SOCK_CONNECT_MS 30000
+#define SOCK_HDR_INLINE (1ull << 63)
 
 typedef struct {
   commSockAddr addr;
@@ -144,6 +146,8 @@ typedef struct {
   char* data;
   size_t cap;      /* receive: capacity posted */
   uint64_t size;   /* message size (send: given; receive: from the header) */
+  uint64_t hdr;    /* the header on the wire: size, | SOCK_HDR_INLINE when the payload follows inline */
+  int isInline;    /* payload on the control socket (decided by the sender) */
   size_t ctrlOff;  /* bytes of header + inline payload moved on the control socket */
   int ctrlDone;    /* header (and inline payload) moved, pieces queued */
   int pending;     /* pieces not finished by the helper threads (atomic) */
@@ -298,6 +302,7 @@ static inline int sockIsLarge(const sockComm* c, uint64_t size) { return size > 
 static commResult_t sockQueuePieces(sockComm* c, sockReq* r) {
   if (!c->threadsStarted) COMMCHECK(sockStartThreads(c));
   size_t size = (size_t)r->size;
+  if (size == 0) return commSuccess;
   size_t chunk = COMM_ALIGN_UP(COMM_DIV_UP(size, (size_t)c->nData), (size_t)SOCK_PIECE_ALIGN);
   int nPieces = (int)COMM_DIV_UP(size, chunk);
   uint64_t seq = c->largeSeq++;
@@ -331,14 +336,14 @@ static commResult_t sockProgressCtrl(sockComm* c) {
   if (c->ctrlErr) return commRemoteError;
   while (c->ctrlSeq < c->posted) {
     sockReq* r = &c->reqs[c->ctrlSeq % SOCK_MAX_REQS];
-    size_t inlineLen = sockIsLarge(c, r->size) ? 0 : (size_t)r->size;
+    size_t inlineLen = r->isInline ? (size_t)r->size : 0;
     if (c->isSend) {
       size_t total = sizeof(uint64_t) + inlineLen;
       while (r->ctrlOff < total) {
         struct iovec iov[2];
         int n = 0;
         if (r->ctrlOff < sizeof(uint64_t)) {
-          iov[n].iov_base = (char*)&r->size + r->ctrlOff;
+          iov[n].iov_base = (char*)&r->hdr + r->ctrlOff;
           iov[n].iov_len = sizeof(uint64_t) - r->ctrlOff;
           n++;
           if (inlineLen) {
@@ -368,7 +373,7 @@ static commResult_t sockProgressCtrl(sockComm* c) {
     } else {
       if (r->ctrlOff < sizeof(uint64_t)) {
         while (r->ctrlOff < sizeof(uint64_t)) {
-          ssize_t s = recv(c->ctrlFd, (char*)&r->size + r->ctrlOff, sizeof(uint64_t) - r->ctrlOff, MSG_DONTWAIT);
+          ssize_t s = recv(c->ctrlFd, (char*)&r->hdr + r->ctrlOff, sizeof(uint64_t) - r->ctrlOff, MSG_DONTWAIT);
           if (s > 0) {
             r->ctrlOff += (size_t)s;
           } else if (s < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -377,13 +382,15 @@ static commResult_t sockProgressCtrl(sockComm* c) {
             return sockCtrlError(c, s < 0 ? errno : -1);
           }
         }
+        r->isInline = (r->hdr & SOCK_HDR_INLINE) != 0;
+        r->size = r->hdr & ~SOCK_HDR_INLINE;
         if (r->size > r->cap) {
           WARN("NET/Socket : message of %llu bytes from %s is larger than the posted receive (%zu bytes)",
                (unsigned long long)r->size, c->peerStr, r->cap);
           c->ctrlErr = EMSGSIZE;
           return commInternalError;
         }
-        inlineLen = sockIsLarge(c, r->size) ? 0 : (size_t)r->size;
+        inlineLen = r->isInline ? (size_t)r->size : 0;
       }
       size_t total = sizeof(uint64_t) + inlineLen;
       while (r->ctrlOff < total) {
@@ -397,7 +404,7 @@ static commResult_t sockProgressCtrl(sockComm* c) {
           return sockCtrlError(c, s < 0 ? errno : -1);
         }
       }
-      if (sockIsLarge(c, r->size)) COMMCHECK(sockQueuePieces(c, r));
+      if (!r->isInline) COMMCHECK(sockQueuePieces(c, r));
     }
     r->ctrlDone = 1;
     c->ctrlSeq++;
@@ -415,10 +422,15 @@ static commResult_t sockPost(sockComm* c, int isSend, void* data, size_t size, v
   r->used = 1;
   r->isSend = isSend;
   r->data = (char*)data;
-  if (isSend) r->size = size;
-  else r->cap = size;
+  if (isSend) {
+    r->size = size;
+    r->isInline = !sockIsLarge(c, size);
+    r->hdr = size | (r->isInline ? SOCK_HDR_INLINE : 0);
+  } else {
+    r->cap = size;
+  }
   c->posted++;
-  if (isSend && sockIsLarge(c, size)) COMMCHECK(sockQueuePieces(c, r));
+  if (isSend && !r->isInline) COMMCHECK(sockQueuePieces(c, r));
   *request = r;
   return sockProgressCtrl(c);
 }

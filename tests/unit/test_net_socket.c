@@ -148,6 +148,28 @@ static void testSizesOutstanding(void** state) {
   assert_int_equal(net->closeRecv(r), commSuccess);
 }
 
+/* The sender decides what goes inline: peers with different COMM_SOCKET_INLINE still agree. */
+static void testInlineMismatch(void** state) {
+  (void)state;
+  size_t sizes[] = {100, 70000, 300000, 5};
+  setenv("COMM_SOCKET_INLINE", "1M", 1);
+  char handle[COMM_NET_HANDLE_MAXSIZE];
+  void *l = NULL, *s = NULL, *r = NULL;
+  assert_int_equal(net->listen(0, handle, &l), commSuccess);
+  assert_int_equal(net->connect(0, handle, &s), commSuccess); /* sender: inline below 1 MiB */
+  setenv("COMM_SOCKET_INLINE", "16", 1);
+  int64_t deadline = commTimeNs() + (int64_t)DEADLINE_MS * 1000000;
+  while (!r) {
+    assert_int_equal(net->accept(l, &r), commSuccess); /* receiver: inline below 16 B */
+    assert_true(commTimeNs() < deadline);
+  }
+  transfer(s, r, sizes, 4, 900);
+  unsetenv("COMM_SOCKET_INLINE");
+  assert_int_equal(net->closeListen(l), commSuccess);
+  assert_int_equal(net->closeSend(s), commSuccess);
+  assert_int_equal(net->closeRecv(r), commSuccess);
+}
+
 static void testTooLarge(void** state) {
   (void)state;
   void *s, *r;
@@ -420,6 +442,7 @@ static void testNetFifo(void** state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(testSizesOneByOne),    cmocka_unit_test(testSizesOutstanding),
+      cmocka_unit_test(testInlineMismatch),
       cmocka_unit_test(testTooLarge),         cmocka_unit_test(testPeerCloseRecvSide),
       cmocka_unit_test(testPeerCloseSendSide), cmocka_unit_test(testCloseWithPending),
       cmocka_unit_test(testShmFifo),          cmocka_unit_test(testShmLocalAndDeadPeer),
