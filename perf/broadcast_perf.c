@@ -1,0 +1,20 @@
+/* broadcast_perf: commBroadcast bandwidth and correctness. SPDX-License-Identifier: Apache-2.0 */
+#include "common.h"
+
+static double busBw(int n) { (void)n; return 1.0; }
+
+static commResult_t run(const perfCallArgs_t* a) {
+  return commBroadcast(a->sendbuff, a->recvbuff, a->count, a->type, a->root, a->comm, a->stream);
+}
+
+/* every rank receives the root's input */
+static int source(int rank, int nranks, int root, size_t count, size_t j, int* srcRank, size_t* srcIdx) {
+  (void)rank, (void)nranks, (void)count;
+  *srcRank = root;
+  *srcIdx = j;
+  return 1;
+}
+
+static const perfColl_t coll = {"Broadcast", 0, 1, 0, 1, 1, perfInPlaceSame, busBw, run, source};
+
+int main(int argc, char** argv) { return perfMain(&coll, argc, argv); }

@@ -1,0 +1,1034 @@
+/*
+ * libcomm perf harness: options, rank launching (fork, threads, launcher environment), buffers,
+ * timing, result checking and the nccl-tests style table. Public API (comm.h) only.
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "common.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Data types and element encoding                                                                   */
+
+typedef struct {
+  const char* name;  /* printed and accepted by -d */
+  const char* alias; /* also accepted by -d */
+  size_t size;
+  double exactMax; /* every integer in [0, exactMax] is exact in the type */
+  int isFloat;
+  int isSigned;
+  double eps; /* unit roundoff for floating types */
+} perfType_t;
+
+/* Indexed by commDataType_t. */
+static const perfType_t perfTypes[commNumTypes] = {
+    {"int8", "char", 1, 127, 0, 1, 0},
+    {"uint8", "uint8_t", 1, 255, 0, 0, 0},
+    {"int32", "int", 4, 2147483647.0, 0, 1, 0},
+    {"uint32", "uint32_t", 4, 4294967295.0, 0, 0, 0},
+    {"int64", "int64_t", 8, 9007199254740992.0, 0, 1, 0},
+    {"uint64", "uint64_t", 8, 9007199254740992.0, 0, 0, 0},
+    {"half", "float16", 2, 2048, 1, 1, 0x1p-11},
+    {"float", "float32", 4, 16777216.0, 1, 1, 0x1p-24},
+    {"double", "float64", 8, 9007199254740992.0, 1, 1, 0x1p-53},
+    {"bfloat16", "bf16", 2, 256, 1, 1, 0x1p-8},
+    {"float8e4m3", "f8e4m3", 1, 16, 1, 1, 0x1p-4},
+    {"float8e5m2", "f8e5m2", 1, 8, 1, 1, 0x1p-3},
+};
+
+/* Small floating formats: sign, ebits exponent bits, mbits mantissa bits. ieee: the all-ones exponent
+ * holds inf/NaN (half, bfloat16, e5m2); otherwise only all-ones exponent and mantissa is NaN (e4m3). */
+static uint32_t encMini(double v, int ebits, int mbits, int bias, int ieee) {
+  uint32_t sign = signbit(v) ? 1u : 0u, out;
+  int emax = (1 << ebits) - 1 - (ieee ? 1 : 0); /* largest biased exponent of a finite value */
+  uint32_t mmaxTop = (ieee ? (1u << mbits) - 1 : (1u << mbits) - 2); /* mantissa limit at emax */
+  v = fabs(v);
+  if (isnan(v)) return (sign << (ebits + mbits)) | ((1u << (ebits + mbits)) - 1);
+  if (v == 0) return sign << (ebits + mbits);
+  int e;
+  frexp(v, &e); /* v = m * 2^e, m in [0.5, 1) */
+  int be = e - 1 + bias;
+  if (be <= 0) { /* subnormal: units of 2^(1 - bias - mbits); rounding up may reach the first normal */
+    double q = nearbyint(ldexp(v, bias - 1 + mbits));
+    out = (uint32_t)q;
+  } else {
+    double q = nearbyint(ldexp(v, mbits - (e - 1))); /* in [2^mbits, 2^(mbits+1)] */
+    uint32_t m = (uint32_t)q;
+    if (m == (2u << mbits)) m >>= 1, be++;
+    if (be > emax || (be == emax && (m & ((1u << mbits) - 1)) > mmaxTop)) { /* overflow */
+      if (ieee) out = (uint32_t)(emax + 1) << mbits;        /* inf */
+      else out = ((uint32_t)emax << mbits) | mmaxTop;       /* saturate */
+    } else {
+      out = ((uint32_t)be << mbits) | (m & ((1u << mbits) - 1));
+    }
+  }
+  return (sign << (ebits + mbits)) | out;
+}
+
+static double decMini(uint32_t b, int ebits, int mbits, int bias, int ieee) {
+  uint32_t sign = (b >> (ebits + mbits)) & 1, e = (b >> mbits) & ((1u << ebits) - 1);
+  uint32_t m = b & ((1u << mbits) - 1);
+  double v;
+  if (e == 0) v = ldexp((double)m, 1 - bias - mbits);
+  else if (ieee && e == (1u << ebits) - 1) v = m ? NAN : INFINITY;
+  else if (!ieee && e == (1u << ebits) - 1 && m == (1u << mbits) - 1) v = NAN;
+  else v = ldexp((double)((1u << mbits) | m), (int)e - bias - mbits);
+  return sign ? -v : v;
+}
+
+static void storeElt(void* buf, size_t i, commDataType_t t, double v) {
+  switch (t) {
+    case commInt8: ((int8_t*)buf)[i] = (int8_t)v; break;
+    case commUint8: ((uint8_t*)buf)[i] = (uint8_t)v; break;
+    case commInt32: ((int32_t*)buf)[i] = (int32_t)v; break;
+    case commUint32: ((uint32_t*)buf)[i] = (uint32_t)v; break;
+    case commInt64: ((int64_t*)buf)[i] = (int64_t)v; break;
+    case commUint64: ((uint64_t*)buf)[i] = (uint64_t)v; break;
+    case commFloat16: ((uint16_t*)buf)[i] = (uint16_t)encMini(v, 5, 10, 15, 1); break;
+    case commFloat32: ((float*)buf)[i] = (float)v; break;
+    case commFloat64: ((double*)buf)[i] = v; break;
+    case commBfloat16: ((uint16_t*)buf)[i] = (uint16_t)encMini(v, 8, 7, 127, 1); break;
+    case commFloat8e4m3: ((uint8_t*)buf)[i] = (uint8_t)encMini(v, 4, 3, 7, 0); break;
+    case commFloat8e5m2: ((uint8_t*)buf)[i] = (uint8_t)encMini(v, 5, 2, 15, 1); break;
+    default: break;
+  }
+}
+
+/* Decoding tables for the 16- and 8-bit floating types, built once before any rank starts. */
+static double* decHalf;
+static double* decBf16;
+static double decE4m3[256], decE5m2[256];
+
+static int buildTables(void) {
+  decHalf = malloc(65536 * sizeof(double));
+  decBf16 = malloc(65536 * sizeof(double));
+  if (!decHalf || !decBf16) return -1;
+  for (uint32_t b = 0; b < 65536; b++) {
+    decHalf[b] = decMini(b, 5, 10, 15, 1);
+    decBf16[b] = decMini(b, 8, 7, 127, 1);
+  }
+  for (uint32_t b = 0; b < 256; b++) {
+    decE4m3[b] = decMini(b, 4, 3, 7, 0);
+    decE5m2[b] = decMini(b, 5, 2, 15, 1);
+  }
+  return 0;
+}
+
+static double loadElt(const void* buf, size_t i, commDataType_t t) {
+  switch (t) {
+    case commInt8: return ((const int8_t*)buf)[i];
+    case commUint8: return ((const uint8_t*)buf)[i];
+    case commInt32: return ((const int32_t*)buf)[i];
+    case commUint32: return ((const uint32_t*)buf)[i];
+    case commInt64: return (double)((const int64_t*)buf)[i];
+    case commUint64: return (double)((const uint64_t*)buf)[i];
+    case commFloat16: return decHalf[((const uint16_t*)buf)[i]];
+    case commFloat32: return ((const float*)buf)[i];
+    case commFloat64: return ((const double*)buf)[i];
+    case commBfloat16: return decBf16[((const uint16_t*)buf)[i]];
+    case commFloat8e4m3: return decE4m3[((const uint8_t*)buf)[i]];
+    case commFloat8e5m2: return decE5m2[((const uint8_t*)buf)[i]];
+    default: return NAN;
+  }
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Operations and the input pattern                                                                  */
+
+enum { opSum = 0, opProd, opMax, opMin, opAvg, opPreMulSum, opNum };
+static const char* const opNames[opNum] = {"sum", "prod", "max", "min", "avg", "premulsum"};
+
+/* Input value of rank r at element i: small integers chosen so that every partial result of the
+ * operation is exact in the type for any reduction order (see perfPattern). */
+typedef struct {
+  int op; /* opSum.. ; -1 for collectives that only move data */
+  int nranks;
+  int vmax; /* values in [0, vmax] (minus off) */
+  int off;
+  int sparse; /* sum of n values would not stay exact: one rank in n contributes 1, the others 0 */
+} pattern_t;
+
+static int scalarOf(int rank) { return 1 + (rank & 1); } /* premulsum factor of each rank */
+
+static pattern_t makePattern(int op, commDataType_t t, int nranks) {
+  pattern_t p = {op, nranks, 0, 0, 0};
+  double lim = perfTypes[t].exactMax;
+  double cap = 63;
+  switch (op) {
+    case opSum: case opAvg: p.vmax = (int)fmin(cap, floor(lim / nranks)); break;
+    case opPreMulSum: p.vmax = (int)fmin(cap, floor(lim / (2.0 * nranks))); break;
+    case opMax: case opMin:
+      p.vmax = (int)fmin(cap, lim);
+      p.off = perfTypes[t].isSigned ? p.vmax / 2 : 0;
+      break;
+    case opProd: p.vmax = 2; break;
+    default: p.vmax = (int)fmin(100, lim); break; /* data movement: no arithmetic */
+  }
+  if (p.vmax < 1 && op != opAvg) p.sparse = 1, p.vmax = 1;
+  return p;
+}
+
+static int patternValue(const pattern_t* p, int r, size_t i) {
+  size_t h = i * 7 + (size_t)r * 13 + 3;
+  switch (p->op) {
+    case opProd: return ((i + (size_t)r) % (size_t)p->nranks == 0) ? 2 : 1;
+    case opAvg: return (int)((i * 7 + 3) % (size_t)(p->vmax + 1)); /* same on every rank */
+    default:
+      if (p->sparse) return ((i + (size_t)r) % (size_t)p->nranks == 0) ? 1 : 0;
+      return (int)(h % (size_t)(p->vmax + 1)) - p->off;
+  }
+}
+
+static double expectedValue(const pattern_t* p, int srcRank, size_t idx) {
+  if (srcRank >= 0) return patternValue(p, srcRank, idx);
+  double acc = patternValue(p, 0, idx);
+  if (p->op == opPreMulSum) acc *= scalarOf(0);
+  for (int r = 1; r < p->nranks; r++) {
+    double v = patternValue(p, r, idx);
+    switch (p->op) {
+      case opProd: acc *= v; break;
+      case opMax: acc = v > acc ? v : acc; break;
+      case opMin: acc = v < acc ? v : acc; break;
+      case opPreMulSum: acc += scalarOf(r) * v; break;
+      default: acc += v; break;
+    }
+  }
+  if (p->op == opAvg) acc /= p->nranks; /* exact: every rank holds the same value */
+  return acc;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Options                                                                                           */
+
+typedef struct {
+  size_t minBytes, maxBytes, stepBytes, stepFactor;
+  int iters, warmup, check, root, device;
+  int nprocs, nthreads;
+  int types[commNumTypes], ntypes;
+  int ops[opNum], nops;
+} perfOpts_t;
+
+static perfOpts_t opts;
+static const perfColl_t* coll;
+static const char* progName;
+
+static void usage(FILE* f) {
+  fprintf(f,
+          "usage: %s [options]\n"
+          "  -b, --minbytes <size>     smallest size (default 8); K/M/G suffixes\n"
+          "  -e, --maxbytes <size>     largest size (default 64M)\n"
+          "  -f, --stepfactor <n>      multiply the size by n each step (default 2)\n"
+          "  -i, --stepbytes <size>    add this many bytes each step (used when -f is absent or 1; default 1M)\n"
+          "  -n, --iters <n>           timed iterations (default 20)\n"
+          "  -w, --warmup_iters <n>    warmup iterations (default 5)\n"
+          "  -c, --check <0|1>         check results (default 1)\n"
+          "  -d, --datatype <type>     int8 uint8 int32 uint32 int64 uint64 half float16 float bfloat16 double\n"
+          "                            float8e4m3 float8e5m2, or all (default float)\n"
+          "  -o, --op <op>             sum prod max min avg premulsum, or all (default sum)\n"
+          "  -r, --root <rank>         root of broadcast and reduce (default 0)\n"
+          "  -m, --memory <host|device> buffer memory (default host)\n"
+          "  -np, --nprocs <n>         fork n local processes\n"
+          "  -t, --nthreads <n>        ranks per process, one thread each (default 1)\n"
+          "  -h, --help\n"
+          "Without -np, ranks come from the environment: COMM_RANK/COMM_NRANKS/COMM_ROOT; torchrun's\n"
+          "RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT; or, when COMM_ROOT is set, OMPI_COMM_WORLD_RANK/SIZE,\n"
+          "PMI_RANK/PMI_SIZE or SLURM_PROCID/SLURM_NTASKS. Otherwise one process runs -t ranks.\n",
+          progName);
+}
+
+static int parseSize(const char* s, size_t* out) {
+  char* end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || errno || v < 0) return -1;
+  double mul = 1;
+  switch (*end) {
+    case 'k': case 'K': mul = 1024.0, end++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024, end++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024, end++; break;
+    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024, end++; break;
+    default: break;
+  }
+  if (*end == 'b' || *end == 'B') end++;
+  if (*end) return -1;
+  *out = (size_t)(v * mul);
+  return 0;
+}
+
+static int parseInt(const char* s, int minv, int* out) {
+  char* end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || errno || v < minv || v > INT32_MAX) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+static int parseType(const char* s) {
+  if (!strcasecmp(s, "all")) {
+    for (int t = 0; t < commNumTypes; t++) opts.types[t] = t;
+    opts.ntypes = commNumTypes;
+    return 0;
+  }
+  for (int t = 0; t < commNumTypes; t++) {
+    if (!strcasecmp(s, perfTypes[t].name) || !strcasecmp(s, perfTypes[t].alias)) {
+      opts.types[0] = t, opts.ntypes = 1;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+static int parseOp(const char* s) {
+  if (!strcasecmp(s, "all")) {
+    for (int o = 0; o < opNum; o++) opts.ops[o] = o;
+    opts.nops = opNum;
+    return 0;
+  }
+  for (int o = 0; o < opNum; o++) {
+    if (!strcasecmp(s, opNames[o])) {
+      opts.ops[0] = o, opts.nops = 1;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+/* Returns 0 to run, 1 when help was printed, -1 on a bad option. */
+static int parseArgs(int argc, char** argv) {
+  static const struct { const char* s; const char* l; } names[] = {
+      {"-b", "--minbytes"}, {"-e", "--maxbytes"}, {"-f", "--stepfactor"}, {"-i", "--stepbytes"},
+      {"-n", "--iters"}, {"-w", "--warmup_iters"}, {"-c", "--check"}, {"-d", "--datatype"},
+      {"-o", "--op"}, {"-r", "--root"}, {"-m", "--memory"}, {"-np", "--nprocs"}, {"-t", "--nthreads"}};
+  int factorSet = 0, stepSet = 0;
+  opts = (perfOpts_t){8, 64u << 20, 1u << 20, 2, 20, 5, 1, 0, 0, 0, 1, {commFloat32}, 1, {opSum}, 1};
+  for (int a = 1; a < argc; a++) {
+    const char* arg = argv[a];
+    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) { usage(stdout); return 1; }
+    int which = -1;
+    const char* val = NULL;
+    for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+      size_t ll = strlen(names[k].l);
+      if (!strcmp(arg, names[k].s) || !strcmp(arg, names[k].l)) { which = (int)k; break; }
+      if (!strncmp(arg, names[k].l, ll) && arg[ll] == '=') { which = (int)k, val = arg + ll + 1; break; }
+    }
+    if (which < 0) { fprintf(stderr, "%s: unknown option '%s'\n", progName, arg); return -1; }
+    if (!val) {
+      if (a + 1 >= argc) { fprintf(stderr, "%s: option '%s' needs a value\n", progName, arg); return -1; }
+      val = argv[++a];
+    }
+    int bad = 0, iv;
+    switch (which) {
+      case 0: bad = parseSize(val, &opts.minBytes); break;
+      case 1: bad = parseSize(val, &opts.maxBytes); break;
+      case 2: bad = parseInt(val, 1, &iv); opts.stepFactor = (size_t)iv; factorSet = 1; break;
+      case 3: bad = parseSize(val, &opts.stepBytes) || opts.stepBytes == 0; stepSet = 1; break;
+      case 4: bad = parseInt(val, 1, &opts.iters); break;
+      case 5: bad = parseInt(val, 0, &opts.warmup); break;
+      case 6: bad = parseInt(val, 0, &opts.check) || opts.check > 1; break;
+      case 7: bad = parseType(val); break;
+      case 8: bad = parseOp(val); break;
+      case 9: bad = parseInt(val, 0, &opts.root); break;
+      case 10:
+        if (!strcmp(val, "host")) opts.device = 0;
+        else if (!strcmp(val, "device")) opts.device = 1;
+        else bad = 1;
+        break;
+      case 11: bad = parseInt(val, 1, &opts.nprocs); break;
+      case 12: bad = parseInt(val, 1, &opts.nthreads); break;
+      default: bad = 1; break;
+    }
+    if (bad) { fprintf(stderr, "%s: bad value '%s' for %s\n", progName, val, arg); return -1; }
+  }
+  if (stepSet && !factorSet) opts.stepFactor = 1; /* -i alone: additive steps */
+  if (opts.maxBytes < opts.minBytes) {
+    fprintf(stderr, "%s: maxbytes (%zu) is below minbytes (%zu)\n", progName, opts.maxBytes, opts.minBytes);
+    return -1;
+  }
+  if (opts.stepFactor > 1 && opts.minBytes == 0) opts.minBytes = 1;
+  return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Device memory through the CUDA driver, loaded at run time (perf links libcomm only)               */
+
+typedef int CUresult_t;
+typedef unsigned long long CUdeviceptr_t;
+static struct {
+  CUresult_t (*init)(unsigned);
+  CUresult_t (*deviceGetCount)(int*);
+  CUresult_t (*deviceGet)(int*, int);
+  CUresult_t (*primaryCtxRetain)(void**, int);
+  CUresult_t (*ctxSetCurrent)(void*);
+  CUresult_t (*memAlloc)(CUdeviceptr_t*, size_t);
+  CUresult_t (*memFree)(CUdeviceptr_t);
+  CUresult_t (*memcpyHtoD)(CUdeviceptr_t, const void*, size_t);
+  CUresult_t (*memcpyDtoH)(void*, CUdeviceptr_t, size_t);
+  CUresult_t (*streamCreate)(commStream_t*, unsigned);
+  CUresult_t (*streamSynchronize)(commStream_t);
+  CUresult_t (*streamDestroy)(commStream_t);
+  CUresult_t (*getErrorString)(CUresult_t, const char**);
+} cu;
+
+static const char* cuErr(CUresult_t r) {
+  const char* s = NULL;
+  if (cu.getErrorString) cu.getErrorString(r, &s);
+  return s ? s : "unknown CUDA error";
+}
+
+/* Finds libcuda before any rank starts; prints why not and returns -1 when it cannot. */
+static int cudaLoad(void) {
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (!h) {
+    fprintf(stderr, "%s: -m device: %s: cannot load the CUDA driver (%s)\n", progName,
+            commGetErrorString(commInvalidUsage), dlerror());
+    return -1;
+  }
+#define CU_SYM(field, name)                                                                         \
+  do {                                                                                              \
+    *(void**)&cu.field = dlsym(h, name);                                                            \
+    if (!cu.field) {                                                                                \
+      fprintf(stderr, "%s: -m device: libcuda.so.1 lacks %s\n", progName, name);                    \
+      return -1;                                                                                    \
+    }                                                                                               \
+  } while (0)
+  CU_SYM(init, "cuInit");
+  CU_SYM(deviceGetCount, "cuDeviceGetCount");
+  CU_SYM(deviceGet, "cuDeviceGet");
+  CU_SYM(primaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  CU_SYM(ctxSetCurrent, "cuCtxSetCurrent");
+  CU_SYM(memAlloc, "cuMemAlloc_v2");
+  CU_SYM(memFree, "cuMemFree_v2");
+  CU_SYM(memcpyHtoD, "cuMemcpyHtoD_v2");
+  CU_SYM(memcpyDtoH, "cuMemcpyDtoH_v2");
+  CU_SYM(streamCreate, "cuStreamCreate");
+  CU_SYM(streamSynchronize, "cuStreamSynchronize");
+  CU_SYM(streamDestroy, "cuStreamDestroy_v2");
+  CU_SYM(getErrorString, "cuGetErrorString");
+#undef CU_SYM
+  return 0; /* cuInit waits for the ranks: CUDA does not survive fork() */
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* One rank                                                                                          */
+
+typedef struct {
+  int rank, nranks, localRank;
+  commUniqueId id;
+  comm_t comm;
+  commStream_t stream;
+  char* sendbuf; /* the buffers the collective sees (device pointers with -m device) */
+  char* recvbuf;
+  char* hsend; /* host copies: the same as sendbuf/recvbuf with -m host */
+  char* hrecv;
+  size_t bufBytes;
+  double* meta; /* small host buffers for timing/error reductions */
+  double busbwSum;
+  long busbwCount;
+  double wrongTotal;
+  int failed;
+} rankCtx_t;
+
+static void reportFailure(rankCtx_t* c, const char* what, commResult_t res) {
+  const char* last = commGetLastError(c->comm);
+  fprintf(stderr, "# rank %d: %s failed: %s%s%s\n", c->rank, what, commGetErrorString(res),
+          last && *last ? ": " : "", last && *last ? last : "");
+  c->failed = 1;
+}
+
+#define PCHECK(c, call)                                                                             \
+  do {                                                                                              \
+    commResult_t res_ = (call);                                                                     \
+    if (res_ != commSuccess) {                                                                      \
+      reportFailure((c), #call, res_);                                                              \
+      return -1;                                                                                    \
+    }                                                                                               \
+  } while (0)
+
+/* One call of the collective under test, reported by its name. */
+#define RUNCHECK(c, args)                                                                           \
+  do {                                                                                              \
+    commResult_t res_ = coll->run(args);                                                            \
+    if (res_ != commSuccess) {                                                                      \
+      char what_[64];                                                                               \
+      snprintf(what_, sizeof(what_), "comm%s", coll->name);                                         \
+      reportFailure((c), what_, res_);                                                              \
+      return -1;                                                                                    \
+    }                                                                                               \
+  } while (0)
+
+#define CUCHECK(c, call)                                                                            \
+  do {                                                                                              \
+    CUresult_t r_ = (call);                                                                         \
+    if (r_ != 0) {                                                                                  \
+      fprintf(stderr, "# rank %d: %s failed: %s\n", (c)->rank, #call, cuErr(r_));                  \
+      (c)->failed = 1;                                                                              \
+      return -1;                                                                                    \
+    }                                                                                               \
+  } while (0)
+
+static double nowSec(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int syncStream(rankCtx_t* c) {
+  if (opts.device) CUCHECK(c, cu.streamSynchronize(c->stream));
+  return 0;
+}
+
+/* Copy [off, off+bytes) of a host mirror to the buffer the library sees, or back. */
+static int toBuf(rankCtx_t* c, char* buf, const char* host, size_t off, size_t bytes) {
+  if (opts.device && bytes) CUCHECK(c, cu.memcpyHtoD((CUdeviceptr_t)(uintptr_t)(buf + off), host + off, bytes));
+  return 0;
+}
+static int fromBuf(rankCtx_t* c, char* host, const char* buf, size_t off, size_t bytes) {
+  if (opts.device && bytes) CUCHECK(c, cu.memcpyDtoH(host + off, (CUdeviceptr_t)(uintptr_t)buf + off, bytes));
+  return 0;
+}
+
+static int allocBuffers(rankCtx_t* c) {
+  c->bufBytes = opts.maxBytes + 64;
+  c->meta = calloc(4, sizeof(double));
+  if (posix_memalign((void**)&c->hsend, 4096, c->bufBytes) || posix_memalign((void**)&c->hrecv, 4096, c->bufBytes) ||
+      !c->meta) {
+    fprintf(stderr, "# rank %d: cannot allocate 2 x %zu bytes of host memory\n", c->rank, c->bufBytes);
+    c->failed = 1;
+    return -1;
+  }
+  memset(c->hsend, 0, c->bufBytes);
+  memset(c->hrecv, 0, c->bufBytes);
+  if (!opts.device) {
+    c->sendbuf = c->hsend, c->recvbuf = c->hrecv;
+    return 0;
+  }
+  CUdeviceptr_t s = 0, r = 0;
+  CUCHECK(c, cu.memAlloc(&s, c->bufBytes));
+  c->sendbuf = (char*)(uintptr_t)s;
+  CUCHECK(c, cu.memAlloc(&r, c->bufBytes));
+  c->recvbuf = (char*)(uintptr_t)r;
+  CUCHECK(c, cu.streamCreate(&c->stream, 0));
+  return 0;
+}
+
+static void freeBuffers(rankCtx_t* c) {
+  if (opts.device) {
+    if (c->sendbuf) cu.memFree((CUdeviceptr_t)(uintptr_t)c->sendbuf);
+    if (c->recvbuf) cu.memFree((CUdeviceptr_t)(uintptr_t)c->recvbuf);
+    if (c->stream) cu.streamDestroy(c->stream);
+  }
+  free(c->hsend);
+  free(c->hrecv);
+  free(c->meta);
+}
+
+/* Reduces n doubles of c->meta in place across ranks (host memory, outside any timed region). */
+static int metaAllReduce(rankCtx_t* c, size_t n, commRedOp_t op) {
+  PCHECK(c, commAllReduce(c->meta, c->meta, n, commFloat64, op, c->comm, NULL));
+  return 0;
+}
+
+static void fillPattern(char* host, size_t first, size_t n, size_t idx0, commDataType_t t, const pattern_t* p,
+                        int rank) {
+  /* Pattern values are integers in [-64, 127]: encode each once. */
+  unsigned char enc[192][8];
+  size_t sz = perfTypes[t].size;
+  for (int v = -64; v < 128; v++) storeElt(enc[v + 64], 0, t, v);
+  for (size_t i = 0; i < n; i++) memcpy(host + (first + i) * sz, enc[patternValue(p, rank, idx0 + i) + 64], sz);
+}
+
+typedef struct {
+  commDataType_t type;
+  commRedOp_t commOp;
+  int op; /* opSum.., or -1 for data movement */
+  pattern_t pat;
+} sweepCfg_t;
+
+/* Sets up the buffers of one variant (0 out-of-place, 1 in-place) and fills the input on the host. */
+static void layout(rankCtx_t* c, const sweepCfg_t* s, int inplace, size_t count, perfCallArgs_t* a,
+                   size_t* recvOff, size_t* sendOff, size_t* sendElems, size_t* recvElems, int sentinel) {
+  size_t sz = perfTypes[s->type].size, n = (size_t)c->nranks;
+  *sendElems = (coll->sendMul ? coll->sendMul : n) * count;
+  *recvElems = (coll->recvMul ? coll->recvMul : n) * count;
+  *a = (perfCallArgs_t){NULL, NULL, count, s->type, s->commOp, opts.root, c->rank, c->nranks, c->comm, c->stream};
+  if (!inplace) {
+    *sendOff = 0, *recvOff = 0;
+    fillPattern(c->hsend, 0, *sendElems, 0, s->type, &s->pat, c->rank);
+    if (sentinel) memset(c->hrecv, 0xA5, *recvElems * sz);
+    a->sendbuff = c->sendbuf, a->recvbuff = c->recvbuf;
+    return;
+  }
+  /* In place: everything lives in recvbuf. */
+  char* base = c->recvbuf;
+  switch (coll->inPlace) {
+    case perfInPlaceSendInRecv:
+      if (sentinel) memset(c->hrecv, 0xA5, *recvElems * sz);
+      *sendOff = (size_t)c->rank * count * sz, *recvOff = 0;
+      fillPattern(c->hrecv, (size_t)c->rank * count, *sendElems, 0, s->type, &s->pat, c->rank);
+      break;
+    case perfInPlaceRecvInSend:
+      *sendOff = 0, *recvOff = (size_t)c->rank * count * sz;
+      fillPattern(c->hrecv, 0, *sendElems, 0, s->type, &s->pat, c->rank);
+      break;
+    default:
+      *sendOff = 0, *recvOff = 0;
+      fillPattern(c->hrecv, 0, *sendElems, 0, s->type, &s->pat, c->rank);
+      if (*recvElems > *sendElems && sentinel)
+        memset(c->hrecv + *sendElems * sz, 0xA5, (*recvElems - *sendElems) * sz);
+      break;
+  }
+  a->sendbuff = base + *sendOff, a->recvbuff = base + *recvOff;
+}
+
+/* Runs one variant at one size: the average time in us (*us) and the wrong count (*wrong). */
+static int runVariant(rankCtx_t* c, const sweepCfg_t* s, int inplace, size_t count, double* us, double* wrong) {
+  size_t sz = perfTypes[s->type].size, recvOff, sendOff, sendElems, recvElems;
+  perfCallArgs_t a;
+  layout(c, s, inplace, count, &a, &recvOff, &sendOff, &sendElems, &recvElems, 0);
+  /* Bytes of the host mirrors that make up the variant's buffers. */
+  size_t sendSpan = sendOff + sendElems * sz, recvSpan = recvOff + recvElems * sz;
+  size_t ipSpan = sendSpan > recvSpan ? sendSpan : recvSpan;
+  if (inplace ? toBuf(c, c->recvbuf, c->hrecv, 0, ipSpan) : toBuf(c, c->sendbuf, c->hsend, 0, sendSpan)) return -1;
+  for (int i = 0; i < opts.warmup; i++) RUNCHECK(c, &a);
+  if (syncStream(c)) return -1;
+  c->meta[0] = 0;
+  if (metaAllReduce(c, 1, commSum)) return -1; /* line the ranks up before timing */
+  double t0 = nowSec();
+  for (int i = 0; i < opts.iters; i++) RUNCHECK(c, &a);
+  if (syncStream(c)) return -1;
+  *us = (nowSec() - t0) * 1e6 / opts.iters;
+  *wrong = 0;
+  if (!opts.check) return 0;
+
+  /* Check: fresh input, a sentinel where the output goes, one call, compare on the host. */
+  layout(c, s, inplace, count, &a, &recvOff, &sendOff, &sendElems, &recvElems, 1);
+  if (inplace ? toBuf(c, c->recvbuf, c->hrecv, 0, ipSpan)
+              : (toBuf(c, c->sendbuf, c->hsend, 0, sendSpan) || toBuf(c, c->recvbuf, c->hrecv, 0, recvSpan)))
+    return -1;
+  RUNCHECK(c, &a);
+  if (syncStream(c)) return -1;
+  if (fromBuf(c, c->hrecv, c->recvbuf, recvOff, recvElems * sz)) return -1;
+  const char* out = c->hrecv + recvOff;
+  int tol = perfTypes[s->type].isFloat && s->op == opAvg; /* x/n may round on the way */
+  double eps = (c->nranks + 1) * perfTypes[s->type].eps;
+  size_t bad = 0;
+  for (size_t j = 0; j < recvElems; j++) {
+    int srcRank;
+    size_t srcIdx;
+    if (!coll->source(c->rank, c->nranks, opts.root, count, j, &srcRank, &srcIdx)) continue;
+    double exp = expectedValue(&s->pat, srcRank, srcIdx), got = loadElt(out, j, s->type);
+    if (tol ? !(fabs(got - exp) <= eps * fmax(1.0, fabs(exp))) : !(got == exp)) bad++;
+  }
+  *wrong = (double)bad;
+  return 0;
+}
+
+static void fmtTime(char* buf, size_t n, double us) {
+  if (us < 1e4) snprintf(buf, n, "%7.2f", us);
+  else if (us < 1e5) snprintf(buf, n, "%7.1f", us);
+  else snprintf(buf, n, "%7.0f", us);
+}
+
+static int sweep(rankCtx_t* c, sweepCfg_t* s) {
+  size_t sz = perfTypes[s->type].size, n = (size_t)c->nranks;
+  size_t nextSize = opts.minBytes;
+  for (int more = 1; more;) {
+    size_t size = nextSize;
+    int ovf = opts.stepFactor > 1 ? __builtin_mul_overflow(size, opts.stepFactor, &nextSize)
+                                  : __builtin_add_overflow(size, opts.stepBytes, &nextSize);
+    more = !ovf && nextSize > size && nextSize <= opts.maxBytes;
+    size_t count = coll->sizeIsTotal ? size / (n * sz) : size / sz;
+    if (count == 0) continue;
+    size_t bytes = count * sz * (coll->sizeIsTotal ? n : 1);
+    double t[2] = {0, 0}, w[2] = {0, 0};
+    for (int ip = 0; ip < 2; ip++) {
+      if (ip && coll->inPlace == perfInPlaceNone) continue;
+      if (runVariant(c, s, ip, count, &t[ip], &w[ip])) return -1;
+    }
+    c->meta[0] = t[0], c->meta[1] = t[1];
+    if (metaAllReduce(c, 2, commMax)) return -1;
+    t[0] = c->meta[0], t[1] = c->meta[1];
+    c->meta[0] = w[0], c->meta[1] = w[1];
+    if (metaAllReduce(c, 2, commSum)) return -1;
+    w[0] = c->meta[0], w[1] = c->meta[1];
+    c->wrongTotal += w[0] + w[1];
+    if (c->rank != 0) continue;
+    char line[256];
+    int len = snprintf(line, sizeof(line), "%12zu  %12zu  %8s  %6s  %6d", bytes, bytes / sz, perfTypes[s->type].name,
+                       s->op >= 0 ? opNames[s->op] : "none", coll->usesRoot ? opts.root : -1);
+    for (int ip = 0; ip < 2; ip++) {
+      if (ip && coll->inPlace == perfInPlaceNone) {
+        len += snprintf(line + len, sizeof(line) - (size_t)len, "  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
+        continue;
+      }
+      char ts[32], ws[32];
+      double algbw = (double)bytes / 1e9 / (t[ip] * 1e-6), busbw = algbw * coll->busBwFactor(c->nranks);
+      fmtTime(ts, sizeof(ts), t[ip]);
+      if (opts.check) snprintf(ws, sizeof(ws), "%6.0f", w[ip]);
+      else snprintf(ws, sizeof(ws), "%6s", "N/A");
+      len += snprintf(line + len, sizeof(line) - (size_t)len, "  %7s  %6.2f  %6.2f  %6s", ts, algbw, busbw, ws);
+      c->busbwSum += busbw, c->busbwCount++;
+    }
+    printf("%s\n", line);
+    fflush(stdout);
+  }
+  return 0;
+}
+
+static int printHeader(rankCtx_t* c) {
+  /* Each rank writes "pid host" into its own 64-byte slot; a sum over uint8 gathers them. */
+  enum { slot = 64 };
+  size_t bytes = (size_t)c->nranks * slot;
+  unsigned char* info = calloc(bytes, 1);
+  if (!info) { c->failed = 1; return -1; }
+  char host[48] = "?";
+  gethostname(host, sizeof(host) - 1);
+  snprintf((char*)info + (size_t)c->rank * slot, slot, "%d %s", (int)getpid(), host);
+  commResult_t res = commAllReduce(info, info, bytes, commUint8, commSum, c->comm, NULL);
+  if (res != commSuccess) {
+    free(info);
+    reportFailure(c, "commAllReduce (rank information)", res);
+    return -1;
+  }
+  if (c->rank == 0) {
+    int ver = 0;
+    commGetVersion(&ver);
+    char types[256] = "", ops[128] = "";
+    for (int i = 0; i < opts.ntypes; i++)
+      snprintf(types + strlen(types), sizeof(types) - strlen(types), "%s%s", i ? "," : "", perfTypes[opts.types[i]].name);
+    for (int i = 0; i < opts.nops; i++)
+      snprintf(ops + strlen(ops), sizeof(ops) - strlen(ops), "%s%s", i ? "," : "", opNames[opts.ops[i]]);
+    printf("# %s (%s), libcomm %d.%d.%d\n", coll->name, progName, ver / 10000, ver / 100 % 100, ver % 100);
+    printf("# nRanks %d nThread %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d "
+           "validation: %d memory: %s\n",
+           c->nranks, opts.nthreads, opts.minBytes, opts.maxBytes, opts.stepFactor > 1 ? opts.stepFactor : opts.stepBytes,
+           opts.stepFactor > 1 ? "factor" : "bytes", opts.warmup, opts.iters, opts.check, opts.device ? "device" : "host");
+    printf("# Collective %s  datatype %s  redop %s  root %d\n", coll->name, types, coll->usesOp ? ops : "none",
+           coll->usesRoot ? opts.root : -1);
+    printf("#\n# Using ranks\n");
+    for (int r = 0; r < c->nranks; r++) {
+      char* s = (char*)info + (size_t)r * slot;
+      s[slot - 1] = 0;
+      int pid = atoi(s);
+      const char* h = strchr(s, ' ');
+      printf("#  Rank %3d Pid %7d on %10s %s\n", r, pid, h ? h + 1 : "?", opts.device ? "device" : "host memory");
+    }
+    printf("#\n");
+    printf("#%51s%-33s%s\n", "", "           out-of-place", "              in-place");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count", "type", "redop",
+           "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)", "(elements)", "", "", "",
+           "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+    fflush(stdout);
+  }
+  free(info);
+  return 0;
+}
+
+static int rankRun(rankCtx_t* c) {
+  if (opts.device) {
+    int dev, ndev = 0;
+    void* ctx;
+    CUCHECK(c, cu.init(0));
+    CUCHECK(c, cu.deviceGetCount(&ndev));
+    if (ndev < 1) {
+      fprintf(stderr, "# rank %d: -m device: %s: no CUDA device\n", c->rank, commGetErrorString(commInvalidUsage));
+      c->failed = 1;
+      return -1;
+    }
+    CUCHECK(c, cu.deviceGet(&dev, c->localRank % ndev));
+    CUCHECK(c, cu.primaryCtxRetain(&ctx, dev));
+    CUCHECK(c, cu.ctxSetCurrent(ctx));
+  }
+  PCHECK(c, commInitRank(&c->comm, c->nranks, c->id, c->rank));
+  /* Device buffers go to the library as they are: it says itself whether it takes them. */
+  if (allocBuffers(c)) return -1;
+  if (printHeader(c)) return -1;
+  int nops = coll->usesOp ? opts.nops : 1;
+  for (int ti = 0; ti < opts.ntypes; ti++) {
+    for (int oi = 0; oi < nops; oi++) {
+      sweepCfg_t s;
+      s.type = (commDataType_t)opts.types[ti];
+      s.op = coll->usesOp ? opts.ops[oi] : -1;
+      s.pat = makePattern(s.op, s.type, c->nranks);
+      s.commOp = commSum;
+      if (s.op == opPreMulSum) {
+        unsigned char scalar[8];
+        storeElt(scalar, 0, s.type, scalarOf(c->rank));
+        PCHECK(c, commRedOpCreatePreMulSum(&s.commOp, scalar, s.type, commScalarHostImmediate, c->comm));
+      } else if (s.op >= 0) {
+        s.commOp = (commRedOp_t)s.op; /* opSum..opAvg match commSum..commAvg */
+      }
+      int rc = sweep(c, &s);
+      if (s.op == opPreMulSum) {
+        commResult_t res = commRedOpDestroy(s.commOp, c->comm);
+        if (rc == 0 && res != commSuccess) { reportFailure(c, "commRedOpDestroy", res); return -1; }
+      }
+      if (rc) return -1;
+    }
+  }
+  if (c->rank == 0) {
+    printf("# Out of bounds values : %.0f %s\n", c->wrongTotal, c->wrongTotal ? "FAILED" : "OK");
+    printf("# Avg bus bandwidth    : %g \n#\n", c->busbwCount ? c->busbwSum / (double)c->busbwCount : 0.0);
+    fflush(stdout);
+  }
+  PCHECK(c, commFinalize(c->comm));
+  commResult_t res = commDestroy(c->comm);
+  c->comm = NULL;
+  if (res != commSuccess) { reportFailure(c, "commDestroy", res); return -1; }
+  return c->wrongTotal > 0 ? 1 : 0;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Threads of one process                                                                            */
+
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int done, failed;
+} threadState = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+
+static void* rankThread(void* arg) {
+  rankCtx_t* c = arg;
+  int rc = rankRun(c);
+  if (rc < 0 && c->comm) commAbort(c->comm); /* let the peers see the failure instead of waiting */
+  if (rc < 0) c->comm = NULL;
+  if (rc) c->failed = 1;
+  freeBuffers(c);
+  pthread_mutex_lock(&threadState.mu);
+  threadState.done++;
+  if (c->failed) threadState.failed = 1;
+  pthread_cond_broadcast(&threadState.cv);
+  pthread_mutex_unlock(&threadState.mu);
+  return NULL;
+}
+
+/* Runs ranks base..base+nthreads-1; returns the process exit status. */
+static int runThreads(const commUniqueId* id, int base, int nranks, int localBase) {
+  int nt = opts.nthreads;
+  rankCtx_t* ctx = calloc((size_t)nt, sizeof(rankCtx_t));
+  pthread_t* th = calloc((size_t)nt, sizeof(pthread_t));
+  if (!ctx || !th) { fprintf(stderr, "%s: out of memory\n", progName); return 1; }
+  int started = 0;
+  for (int t = 0; t < nt; t++) {
+    ctx[t].rank = base + t, ctx[t].nranks = nranks, ctx[t].localRank = localBase + t, ctx[t].id = *id;
+    if (pthread_create(&th[t], NULL, rankThread, &ctx[t])) {
+      fprintf(stderr, "%s: cannot start thread for rank %d\n", progName, base + t);
+      pthread_mutex_lock(&threadState.mu);
+      threadState.failed = 1;
+      pthread_mutex_unlock(&threadState.mu);
+      break;
+    }
+    started++;
+  }
+  /* After a failure, peers blocked in a collective get a grace period, then the process exits. */
+  struct timespec deadline = {0, 0};
+  int timedOut = 0;
+  pthread_mutex_lock(&threadState.mu);
+  while (threadState.done < started && !timedOut) {
+    if (!threadState.failed) {
+      pthread_cond_wait(&threadState.cv, &threadState.mu);
+      continue;
+    }
+    if (deadline.tv_sec == 0) {
+      clock_gettime(CLOCK_REALTIME, &deadline);
+      deadline.tv_sec += 15;
+    }
+    if (pthread_cond_timedwait(&threadState.cv, &threadState.mu, &deadline) == ETIMEDOUT) timedOut = 1;
+  }
+  int failed = threadState.failed;
+  pthread_mutex_unlock(&threadState.mu);
+  if (timedOut) {
+    fprintf(stderr, "%s: ranks still blocked 15 s after a failure; exiting\n", progName);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(1);
+  }
+  for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+  free(ctx);
+  free(th);
+  return failed || started < nt ? 1 : 0;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Launching                                                                                         */
+
+static int envInt(const char* name, int* out) {
+  const char* s = getenv(name);
+  return s && parseInt(s, 0, out) == 0;
+}
+
+/* Fork opts.nprocs children; the parent creates the unique id (its root thread stays in the parent)
+ * and hands it to the children through pipes, so no child is forked from a process running library
+ * threads. */
+static int runForked(void) {
+  int np = opts.nprocs, nranks = np * opts.nthreads;
+  pid_t* pids = calloc((size_t)np, sizeof(pid_t));
+  int* wfd = calloc((size_t)np, sizeof(int));
+  if (!pids || !wfd) { fprintf(stderr, "%s: out of memory\n", progName); return 1; }
+  fflush(stdout);
+  fflush(stderr);
+  int forked = 0, status = 0;
+  for (int p = 0; p < np; p++) {
+    int fd[2];
+    if (pipe(fd)) { perror("pipe"); status = 1; break; }
+    pid_t pid = fork();
+    if (pid < 0) { perror("fork"); close(fd[0]); close(fd[1]); status = 1; break; }
+    if (pid == 0) {
+      for (int q = 0; q < p; q++) close(wfd[q]);
+      close(fd[1]);
+      commUniqueId id;
+      size_t got = 0;
+      while (got < sizeof(id)) {
+        ssize_t k = read(fd[0], (char*)&id + got, sizeof(id) - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) _exit(1); /* the parent failed before sending the id */
+        got += (size_t)k;
+      }
+      close(fd[0]);
+      int rc = runThreads(&id, p * opts.nthreads, nranks, p * opts.nthreads);
+      fflush(stdout);
+      exit(rc);
+    }
+    close(fd[0]);
+    pids[p] = pid, wfd[p] = fd[1], forked++;
+  }
+  commUniqueId id;
+  memset(&id, 0, sizeof(id));
+  if (status == 0) {
+    commResult_t res = commGetUniqueId(&id);
+    if (res != commSuccess) {
+      const char* last = commGetLastError(NULL);
+      fprintf(stderr, "%s: commGetUniqueId failed: %s%s%s\n", progName, commGetErrorString(res),
+              last && *last ? ": " : "", last && *last ? last : "");
+      status = 1;
+    }
+  }
+  signal(SIGPIPE, SIG_IGN);
+  for (int p = 0; p < forked; p++) {
+    if (status == 0 && write(wfd[p], &id, sizeof(id)) != (ssize_t)sizeof(id)) status = 1;
+    close(wfd[p]); /* a child that got no id exits */
+  }
+  int alive = forked;
+  double deadline = 0;
+  while (alive > 0) {
+    int st;
+    pid_t w = waitpid(-1, &st, deadline > 0 ? WNOHANG : 0);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) break;
+    if (w == 0) {
+      if (nowSec() > deadline) {
+        fprintf(stderr, "%s: ranks still running 15 s after a failure; killing them\n", progName);
+        for (int p = 0; p < forked; p++)
+          if (pids[p] > 0) kill(pids[p], SIGKILL);
+        deadline = 1e300;
+      }
+      struct timespec ts = {0, 50 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+      continue;
+    }
+    for (int p = 0; p < forked; p++)
+      if (pids[p] == w) pids[p] = 0, alive--;
+    int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    if (!ok) {
+      if (WIFSIGNALED(st)) fprintf(stderr, "%s: rank process %d died of signal %d\n", progName, (int)w, WTERMSIG(st));
+      status = 1;
+      if (deadline == 0) deadline = nowSec() + 15;
+    }
+  }
+  free(pids);
+  free(wfd);
+  return status;
+}
+
+/* Launcher environment: fills rank/size/localRank and exports COMM_ROOT/COMM_RANK/COMM_NRANKS.
+ * Returns 1 when the process was started by a launcher. */
+static int fromEnvironment(int* rank, int* size, int* local) {
+  *local = -1;
+  if (envInt("COMM_RANK", rank) && envInt("COMM_NRANKS", size) && getenv("COMM_ROOT")) {
+    if (!envInt("COMM_LOCAL_RANK", local) && !envInt("LOCAL_RANK", local)) *local = *rank;
+    return 1;
+  }
+  const char* addr = getenv("MASTER_ADDR");
+  const char* port = getenv("MASTER_PORT");
+  if (envInt("RANK", rank) && envInt("WORLD_SIZE", size) && addr && port) {
+    if (!getenv("COMM_ROOT")) {
+      /* torchrun's agent may already listen on MASTER_PORT with its own store: take the next port. */
+      const char* agentStore = getenv("TORCHELASTIC_USE_AGENT_STORE");
+      int p = atoi(port) + (agentStore && !strcasecmp(agentStore, "true") ? 1 : 0);
+      char root[300];
+      snprintf(root, sizeof(root), "%s:%d", addr, p);
+      setenv("COMM_ROOT", root, 1);
+    }
+    if (!envInt("LOCAL_RANK", local)) *local = *rank;
+  } else if (getenv("COMM_ROOT") && envInt("OMPI_COMM_WORLD_RANK", rank) && envInt("OMPI_COMM_WORLD_SIZE", size)) {
+    if (!envInt("OMPI_COMM_WORLD_LOCAL_RANK", local)) *local = *rank;
+  } else if (getenv("COMM_ROOT") && envInt("PMI_RANK", rank) && envInt("PMI_SIZE", size)) {
+    if (!envInt("MPI_LOCALRANKID", local)) *local = *rank;
+  } else if (getenv("COMM_ROOT") && envInt("SLURM_PROCID", rank) && envInt("SLURM_NTASKS", size)) {
+    if (!envInt("SLURM_LOCALID", local)) *local = *rank;
+  } else {
+    return 0;
+  }
+  char v[32];
+  snprintf(v, sizeof(v), "%d", *rank * opts.nthreads);
+  setenv("COMM_RANK", v, 1);
+  snprintf(v, sizeof(v), "%d", *size * opts.nthreads);
+  setenv("COMM_NRANKS", v, 1);
+  return 1;
+}
+
+static int checkRoot(int nranks) {
+  if (!coll->usesRoot || opts.root < nranks) return 0;
+  fprintf(stderr, "%s: root %d is not a rank of %d\n", progName, opts.root, nranks);
+  return -1;
+}
+
+int perfMain(const perfColl_t* c, int argc, char** argv) {
+  coll = c;
+  progName = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+  int pr = parseArgs(argc, argv);
+  if (pr) return pr > 0 ? 0 : 2;
+  if (buildTables()) { fprintf(stderr, "%s: out of memory\n", progName); return 1; }
+  if (opts.device && cudaLoad()) return 1;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (opts.nprocs > 0) return checkRoot(opts.nprocs * opts.nthreads) ? 2 : runForked();
+
+  commUniqueId id;
+  memset(&id, 0, sizeof(id));
+  int rank, size, local;
+  if (fromEnvironment(&rank, &size, &local)) {
+    if (rank >= size) {
+      fprintf(stderr, "%s: launcher rank %d is not below its size %d\n", progName, rank, size);
+      return 2;
+    }
+    if (checkRoot(size * opts.nthreads)) return 2;
+    /* A zeroed id: the library finds its peers through COMM_ROOT. */
+    return runThreads(&id, rank * opts.nthreads, size * opts.nthreads, local * opts.nthreads);
+  }
+  if (checkRoot(opts.nthreads)) return 2;
+  commResult_t res = commGetUniqueId(&id);
+  if (res != commSuccess) {
+    const char* last = commGetLastError(NULL);
+    fprintf(stderr, "%s: commGetUniqueId failed: %s%s%s\n", progName, commGetErrorString(res),
+            last && *last ? ": " : "", last && *last ? last : "");
+    return 1;
+  }
+  return runThreads(&id, 0, opts.nthreads, 0);
+}
