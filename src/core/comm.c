@@ -70,6 +70,13 @@ commResult_t commCheckComm(comm_t comm, const char* api) {
   return res;
 }
 
+/* For calls that do not go through commApiEnter: keep the WARN just issued for commGetLastError(comm). */
+static commResult_t noteFailure(comm_t comm, commResult_t res) {
+  const char* w = commLogLastWarn();
+  if (res != commSuccess && w[0] != '\0') snprintf(comm->lastError, sizeof(comm->lastError), "%s", w);
+  return res;
+}
+
 commResult_t commApiEnter(comm_t comm, const char* api) {
   commLogClearLastWarn();
   pthread_mutex_lock(&registryLock);
@@ -542,11 +549,11 @@ COMM_API commResult_t commFinalize(comm_t comm) {
   COMMCHECK(commCheckComm(comm, "commFinalize"));
   if (__atomic_load_n(&comm->initState, __ATOMIC_ACQUIRE) == COMM_INIT_RUNNING) {
     WARN("commFinalize: initialisation still in progress");
-    return commInvalidUsage;
+    return noteFailure(comm, commInvalidUsage);
   }
   if (comm->finalized) {
     WARN("commFinalize: communicator already finalized");
-    return commInvalidUsage;
+    return noteFailure(comm, commInvalidUsage);
   }
   commResult_t res = commSuccess;
   if (comm->initState == COMM_INIT_DONE && comm->asyncError == commSuccess && comm->bootstrap != NULL) {
@@ -556,7 +563,7 @@ COMM_API commResult_t commFinalize(comm_t comm) {
   }
   commTransportCloseAll(comm);
   comm->finalized = 1;
-  return res;
+  return noteFailure(comm, res);
 }
 
 static commResult_t destroyComm(comm_t comm, const char* api, int abort) {
@@ -592,7 +599,7 @@ COMM_API commResult_t commGetAsyncError(comm_t comm, commResult_t* asyncError) {
   COMMCHECK(commCheckComm(comm, "commGetAsyncError"));
   if (asyncError == NULL) {
     WARN("commGetAsyncError: asyncError is NULL");
-    return commInvalidArgument;
+    return noteFailure(comm, commInvalidArgument);
   }
   int state = __atomic_load_n(&comm->initState, __ATOMIC_ACQUIRE);
   if (state == COMM_INIT_RUNNING) *asyncError = commInProgress;
@@ -602,30 +609,33 @@ COMM_API commResult_t commGetAsyncError(comm_t comm, commResult_t* asyncError) {
 
 /* ---- Queries ---- */
 COMM_API commResult_t commCount(const comm_t comm, int* count) {
+  commLogClearLastWarn();
   COMMCHECK(commCheckComm(comm, "commCount"));
   if (count == NULL) {
     WARN("commCount: count is NULL");
-    return commInvalidArgument;
+    return noteFailure(comm, commInvalidArgument);
   }
   *count = comm->nRanks;
   return commSuccess;
 }
 
 COMM_API commResult_t commUserRank(const comm_t comm, int* rank) {
+  commLogClearLastWarn();
   COMMCHECK(commCheckComm(comm, "commUserRank"));
   if (rank == NULL) {
     WARN("commUserRank: rank is NULL");
-    return commInvalidArgument;
+    return noteFailure(comm, commInvalidArgument);
   }
   *rank = comm->rank;
   return commSuccess;
 }
 
 COMM_API commResult_t commCuDevice(const comm_t comm, int* device) {
+  commLogClearLastWarn();
   COMMCHECK(commCheckComm(comm, "commCuDevice"));
   if (device == NULL) {
     WARN("commCuDevice: device is NULL");
-    return commInvalidArgument;
+    return noteFailure(comm, commInvalidArgument);
   }
   *device = comm->cudaDev;
   return commSuccess;

@@ -255,8 +255,10 @@ static commResult_t checkStalled(commPlan* plan) {
       if (conn != NULL && conn->transport->check != NULL) {
         commResult_t res = conn->transport->check(comm, conn);
         if (res != commSuccess) {
+          char why[256];
+          snprintf(why, sizeof(why), "%s", commLogLastWarn());
           WARN("rank %d: %s failed: peer rank %d (%s) is gone: %s", comm->rank, opDesc(plan, desc, sizeof(desc)),
-               plan->waitPeer, conn->transport->name, comm->lastError[0] ? comm->lastError : "");
+               plan->waitPeer, conn->transport->name, why);
           return res;
         }
       }
@@ -280,9 +282,9 @@ commResult_t commExecHostProgress(commPlan* plan, int* done) {
   if (comm->nNetConns > 0) {
     commResult_t res = commTransportProgress(comm);
     if (res != commSuccess) {
-      char desc[160];
-      WARN("rank %d: %s failed in the network transport: %s", comm->rank, opDesc(plan, desc, sizeof(desc)),
-           comm->lastError);
+      char desc[160], why[256];
+      snprintf(why, sizeof(why), "%s", commLogLastWarn());
+      WARN("rank %d: %s failed in the network transport: %s", comm->rank, opDesc(plan, desc, sizeof(desc)), why);
       return res;
     }
   }
