@@ -226,11 +226,25 @@ static commResult_t shmRecvConnect(struct commComm* comm, commConn* conn, const 
   return commSuccess;
 }
 
+/* A process that has exited but is not reaped yet (a zombie) is gone too. */
+static int shmPidGone(int pid) {
+  if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
+  char path[64], buf[256];
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  FILE* f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char* end = strrchr(buf, ')'); /* "pid (comm) S ..." */
+  return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+}
+
 static commResult_t shmCheck(struct commComm* comm, commConn* conn) {
   (void)comm;
   shmPriv* p = (shmPriv*)conn->priv;
   if (!p || p->peerPid <= 0 || p->peerPid == (int)getpid()) return commSuccess;
-  if (kill((pid_t)p->peerPid, 0) != 0 && errno == ESRCH) {
+  if (shmPidGone(p->peerPid)) {
     WARN("peer rank %d (pid %d) is gone", conn->peer, p->peerPid);
     return commRemoteError;
   }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -385,10 +386,21 @@ static void testShmLocalAndDeadPeer(void** state) {
   freeFakeComm(rcomm);
   freeFakeComm(scomm);
 
-  /* A peer process that has exited: check() reports it. */
+  /* A peer process that has exited, not yet reaped (zombie), then reaped: check() reports it. */
   pid_t child = fork();
   assert_true(child >= 0);
   if (child == 0) _exit(0);
+  siginfo_t si;
+  assert_int_equal(waitid(P_PID, (id_t)child, &si, WEXITED | WNOWAIT), 0);
+  rcomm = fakeComm(0, (int)child, 1024);
+  memset(&rconn, 0, sizeof(rconn));
+  rconn.peer = 1;
+  rconn.transport = &commTransportShm;
+  char zinfo[COMM_CONN_INFO_BYTES] = {0};
+  assert_int_equal(commTransportShm.recvSetup(rcomm, &rconn, zinfo), commSuccess);
+  assert_int_equal(commTransportShm.check(rcomm, &rconn), commRemoteError);
+  assert_int_equal(commTransportShm.close(rcomm, &rconn), commSuccess);
+  freeFakeComm(rcomm);
   assert_int_equal(waitpid(child, NULL, 0), child);
   rcomm = fakeComm(0, (int)child, 1024);
   memset(&rconn, 0, sizeof(rconn));
