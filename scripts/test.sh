@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install the dependencies, then build and run the whole test suite twice:
+#   1. build-test/: warnings are errors (-DCOMM_WERROR=ON), every test;
+#   2. build-asan/: AddressSanitizer + UndefinedBehaviorSanitizer (-DCOMM_SANITIZE=ON), every test but
+#      those labelled "heavy" (8 ranks on one machine, the two-namespace run) to bound the time.
+# Exits non-zero on the first failing step. Set COMM_TEST_SKIP_ASAN=1 to run only the first pass.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+./scripts/install_deps.sh
+jobs=$(nproc 2>/dev/null || echo 2)
+# Multi-process tests oversubscribe small machines: run at most two test programs at once.
+ctest_jobs=${COMM_TEST_JOBS:-2}
+
+echo "=== test.sh: build-test (warnings as errors) ==="
+cmake -S . -B build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOMM_WERROR=ON
+cmake --build build-test -j"$jobs"
+(cd build-test && ctest --output-on-failure -j"$ctest_jobs")
+
+if [[ "${COMM_TEST_SKIP_ASAN:-0}" == "1" ]]; then
+  echo "=== test.sh: sanitizer pass skipped (COMM_TEST_SKIP_ASAN=1) ==="
+  exit 0
+fi
+
+echo "=== test.sh: build-asan (ASan + UBSan) ==="
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCOMM_WERROR=ON -DCOMM_SANITIZE=ON -DCOMM_BUILD_BENCH=OFF
+cmake --build build-asan -j"$jobs"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0:${ASAN_OPTIONS:-}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
+(cd build-asan && ctest --output-on-failure -j"$ctest_jobs" -LE heavy)
+echo "=== test.sh: all passes succeeded ==="

@@ -1,0 +1,46 @@
+# Integration tests: programs that use the public API only (include/comm.h) and link libcomm.so.
+# Included by tests/CMakeLists.txt. Labels: "integration" on all; "mp" on the mp_colls runs; "heavy" on
+# runs that oversubscribe a small machine (scripts/test.sh leaves those out of the sanitizer pass).
+set(COMM_IT_DIR ${CMAKE_CURRENT_SOURCE_DIR}/integration)
+
+foreach(prog mp_colls test_args test_faults)
+  add_executable(${prog} ${COMM_IT_DIR}/${prog}.c)
+  target_include_directories(${prog} PRIVATE ${COMM_IT_DIR})
+  target_link_libraries(${prog} PRIVATE comm Threads::Threads m)
+endforeach()
+
+function(comm_it_test name)
+  cmake_parse_arguments(T "SERIAL" "" "COMMAND;ENV;LABELS" ${ARGN})
+  add_test(NAME integration.${name} COMMAND ${T_COMMAND})
+  set_tests_properties(integration.${name} PROPERTIES TIMEOUT 300 LABELS "integration;${T_LABELS}")
+  if(T_ENV)
+    set_tests_properties(integration.${name} PROPERTIES ENVIRONMENT "${T_ENV}")
+  endif()
+  if(T_SERIAL)
+    set_tests_properties(integration.${name} PROPERTIES RUN_SERIAL TRUE)
+  endif()
+endfunction()
+
+# Every collective, type, op, root, count, in- and out-of-place, on forked ranks (shm between them).
+comm_it_test(mp_colls.np2 COMMAND mp_colls -w 200 -np 2 LABELS mp)
+comm_it_test(mp_colls.np3 COMMAND mp_colls -w 200 -np 3 LABELS mp)
+comm_it_test(mp_colls.np4 COMMAND mp_colls -w 200 -np 4 LABELS mp)
+# 8 ranks on a 2-core machine: the quick matrix, and nothing else running beside it.
+comm_it_test(mp_colls.np8 COMMAND mp_colls -w 200 -np 8 -q LABELS "mp;heavy" SERIAL)
+# Ranks as threads of one process; and one thread driving 4 communicators from commInitAll in groups.
+comm_it_test(mp_colls.threads4 COMMAND mp_colls -w 200 -np 4 -t LABELS mp)
+comm_it_test(mp_colls.group4 COMMAND mp_colls -w 200 -np 4 -g LABELS mp)
+# The socket (NET) transport between processes of one host.
+comm_it_test(mp_colls.socket.np2 COMMAND mp_colls -w 200 -np 2 ENV "COMM_SHM_DISABLE=1" LABELS mp)
+comm_it_test(mp_colls.socket.np3 COMMAND mp_colls -w 200 -np 3 ENV "COMM_SHM_DISABLE=1" LABELS mp)
+
+# Argument validation: errors, WARNs, buffers untouched.
+comm_it_test(test_args COMMAND test_args LABELS args)
+
+# Faults: a killed peer (shm and socket), commAbort from another thread, an init that times out.
+# Timing assertions: run alone.
+comm_it_test(test_faults COMMAND test_faults LABELS faults SERIAL)
+
+# Two hosts: two network namespaces joined by a veth pair, 2 ranks in each (needs root; else skipped).
+comm_it_test(two_hosts COMMAND ${COMM_IT_DIR}/two_hosts.sh $<TARGET_FILE:mp_colls> LABELS "twohost;heavy" SERIAL)
+set_tests_properties(integration.two_hosts PROPERTIES SKIP_RETURN_CODE 77)

@@ -1,0 +1,878 @@
+/* mp_colls: every collective, checked element by element against a host reference.
+ *
+ *   mp_colls -np N        N ranks, one forked process each
+ *   mp_colls -np N -t     N ranks, one thread each, in this process
+ *   mp_colls -np N -g     N communicators made by commInitAll, driven by one thread: every call is issued
+ *                         for all ranks between commGroupStart and commGroupEnd (as nccl-tests does)
+ *   mp_colls -np N -G     as -g, and commSplit/commFinalize of all ranks inside one group as well
+ *   COMM_RANK=r COMM_NRANKS=n mp_colls
+ *                         this process is rank r of n; the id comes from COMM_ROOT (launchers, two hosts)
+ * Options: -q  quick: fewer types and large counts (for many ranks on few cores)
+ *          -w S  watchdog: give up (and kill the ranks) after S seconds (default 290)
+ *          -v  print every case
+ * Exit status 0 when every check passed. Uses the public API only.
+ * SPDX-License-Identifier: Apache-2.0 */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "itest.h"
+
+enum { C_ALLREDUCE, C_BROADCAST, C_REDUCE, C_ALLGATHER, C_REDUCESCATTER, C_ALLTOALL, C_SENDRECV, C_ALLPAIRS };
+static const char* collName[] = {"allreduce", "broadcast", "reduce", "allgather", "reducescatter",
+                                 "alltoall", "sendrecv-ring", "sendrecv-allpairs"};
+enum { OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_AVG, OP_PREMUL, OP_COPY };
+static const char* opName[] = {"sum", "prod", "max", "min", "avg", "premulsum", "-"};
+
+typedef struct {
+  int coll;
+  commDataType_t type;
+  int op;
+  double scalar; /* premulsum */
+  int root;
+  size_t count;
+  int inplace;
+} tcase;
+
+#define GUARD 64
+#define GUARD_BYTE 0xA5
+#define SENTINEL_BYTE 0x5A
+#define MAX_PRINT 8
+
+typedef struct {
+  comm_t comm;
+  int rank;
+  long cases, checks, fails;
+  int printed;
+  /* state of the current case */
+  unsigned char *aBlock, *bBlock; /* allocations, guard included */
+  size_t aBytes, bBytes;
+  void *send, *recv;
+  size_t sendElems, recvElems;
+  commRedOp_t op;
+  size_t *scnt, *sdispl, *rcnt, *rdispl; /* all-pairs: elements to/from each peer */
+} rankst;
+
+static int N;           /* ranks */
+static int quick;
+static int verbose;
+static pid_t* children; /* fork mode */
+static int nchildren;
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Watchdog: a hung collective must fail the test with a message, and take the forked ranks with it. */
+static void onAlarm(int sig) {
+  (void)sig;
+  static const char msg[] = "mp_colls: FAIL: watchdog expired (a collective hung); killing the ranks\n";
+  ssize_t w = write(2, msg, sizeof(msg) - 1);
+  (void)w;
+  for (int i = 0; i < nchildren; i++)
+    if (children[i] > 0) kill(children[i], SIGKILL);
+  _exit(124);
+}
+
+static void fatal(rankst* rk, const char* what, commResult_t res) {
+  fprintf(stderr, "mp_colls: FAIL: rank %d: %s returned %d (%s): %s\n", rk ? rk->rank : -1, what, (int)res,
+          commGetErrorString(res), commGetLastError(rk ? rk->comm : NULL));
+  fflush(stderr);
+  exit(2);
+}
+#define CALL(rk, expr)                                 \
+  do {                                                 \
+    commResult_t r_ = (expr);                          \
+    if (r_ != commSuccess) fatal((rk), #expr, r_);     \
+  } while (0)
+
+static void failf(rankst* rk, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+static void failf(rankst* rk, const char* fmt, ...) {
+  rk->fails++;
+  if (rk->printed++ >= MAX_PRINT) return;
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "mp_colls: rank %d: MISMATCH %s\n", rk->rank, buf);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Inputs: integers chosen so that every partial and final result is exact in the type. */
+static uint64_t mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static double copyRange(commDataType_t t, int* centered) {
+  *centered = 1;
+  switch (t) {
+    case commInt8: case commUint8: *centered = 0; return 256;
+    case commInt32: case commUint32: *centered = 0; return 4294967296.0;
+    case commInt64: case commUint64: *centered = 0; return 2199023255552.0; /* 2^41 */
+    case commFloat16: return 4096;       /* integers -2048..2047 */
+    case commBfloat16: return 512;       /* -256..255 */
+    case commFloat8e4m3: return 33;      /* -16..16 */
+    case commFloat8e5m2: return 17;      /* -8..8 */
+    case commFloat32: return 33554432.0; /* -2^24..2^24-1 */
+    default: return 2199023255552.0;
+  }
+}
+
+static double genRaw(const tcase* c, int q, size_t j) {
+  commDataType_t t = c->type;
+  int sgn = itTypeIsSigned(t);
+  uint64_t h = mix(((uint64_t)q << 40) ^ (uint64_t)j ^ ((uint64_t)c->coll << 56) ^ ((uint64_t)t << 50) ^
+                   ((uint64_t)c->op << 60));
+  switch (c->op) {
+    case OP_COPY: {
+      int centered;
+      double range = copyRange(t, &centered);
+      double v = (double)(h % (uint64_t)range);
+      return centered ? v - floor(range / 2) : v;
+    }
+    case OP_SUM:
+    case OP_PREMUL:
+      return sgn ? (double)(h % 3) - 1 : (double)(h % 3);
+    case OP_PROD: {
+      int two = (N <= 16) ? ((j + (size_t)q) % 4 == 0) : ((j + (size_t)q) % (size_t)N == 0);
+      double v = two ? 2 : 1;
+      if (sgn && (h >> 8) % 5 == 0) v = -v;
+      return v;
+    }
+    case OP_MAX:
+    case OP_MIN:
+      return (double)(h % 11) - (sgn ? 5 : 0);
+    case OP_AVG: {
+      double w;
+      if (t == commFloat8e4m3 || t == commFloat8e5m2) {
+        /* one contributing rank per element keeps the partial sums exact in 2-3 mantissa bits */
+        w = ((j + (size_t)q) % (size_t)N == 0) ? (double)(1 + h % 2) : 0;
+        if ((h >> 8) % 3 == 0) w = -w;
+      } else {
+        w = sgn ? (double)(h % 3) - 1 : (double)(h % 2);
+      }
+      return (double)N * w;
+    }
+  }
+  return 0;
+}
+
+static double inVal(const tcase* c, int q, size_t j) { return itCanon(c->type, genRaw(c, q, j)); }
+
+static double reduceRef(const tcase* c, size_t j, int (*idx)(const tcase*, int, size_t, size_t*), int rank) {
+  double acc = 0;
+  for (int q = 0; q < N; q++) {
+    size_t k;
+    idx(c, rank, j, &k);
+    double v = inVal(c, q, k);
+    switch (c->op) {
+      case OP_SUM: case OP_AVG: acc = (q == 0) ? v : acc + v; break;
+      case OP_PREMUL: acc = (q == 0) ? v * c->scalar : acc + v * c->scalar; break;
+      case OP_PROD: acc = (q == 0) ? v : acc * v; break;
+      case OP_MAX: acc = (q == 0 || v > acc) ? v : acc; break;
+      case OP_MIN: acc = (q == 0 || v < acc) ? v : acc; break;
+    }
+  }
+  if (c->op == OP_AVG) acc /= N;
+  return itCanon(c->type, acc);
+}
+static int idxSame(const tcase* c, int rank, size_t j, size_t* k) { (void)c; (void)rank; *k = j; return 1; }
+static int idxScatter(const tcase* c, int rank, size_t j, size_t* k) { *k = (size_t)rank * c->count + j; return 1; }
+
+/* All-pairs: elements that rank s sends to rank d. Different for every pair, zero for some. */
+static size_t pairCount(const tcase* c, int s, int d) { return (c->count * (size_t)((s * 3 + d * 5) % 4)) / 3; }
+
+/* ---------------------------------------------------------------------------------------------- */
+static void* guardedAlloc(size_t bytes, unsigned char** block, size_t* blockBytes) {
+  *blockBytes = bytes + 2 * GUARD;
+  *block = malloc(*blockBytes);
+  if (!*block) { fprintf(stderr, "mp_colls: out of memory (%zu bytes)\n", bytes); exit(2); }
+  memset(*block, GUARD_BYTE, GUARD);
+  memset(*block + GUARD + bytes, GUARD_BYTE, GUARD);
+  return *block + GUARD;
+}
+
+static void checkGuards(rankst* rk, const tcase* c, unsigned char* block, size_t blockBytes, const char* which) {
+  if (!block) return;
+  for (size_t i = 0; i < GUARD; i++) {
+    if (block[i] != GUARD_BYTE || block[blockBytes - GUARD + i] != GUARD_BYTE) {
+      failf(rk, "%s %s %s count=%zu: write outside the %s buffer (guard byte %zu)", collName[c->coll],
+            itTypeName(c->type), opName[c->op], c->count, which, block[i] != GUARD_BYTE ? i : blockBytes - GUARD + i);
+      return;
+    }
+  }
+}
+
+static void setup(rankst* rk, const tcase* c) {
+  int r = rk->rank;
+  size_t es = itTypeSize(c->type), n = c->count;
+  rk->aBlock = rk->bBlock = NULL;
+  rk->send = rk->recv = NULL;
+  rk->op = commSum;
+  switch (c->coll) {
+    case C_ALLREDUCE: case C_BROADCAST: case C_REDUCE: case C_SENDRECV:
+      rk->sendElems = rk->recvElems = n; break;
+    case C_ALLGATHER: rk->sendElems = n; rk->recvElems = (size_t)N * n; break;
+    case C_REDUCESCATTER: rk->sendElems = (size_t)N * n; rk->recvElems = n; break;
+    case C_ALLTOALL: rk->sendElems = rk->recvElems = (size_t)N * n; break;
+    case C_ALLPAIRS: {
+      size_t so = 0, ro = 0;
+      for (int p = 0; p < N; p++) {
+        rk->scnt[p] = pairCount(c, r, p); rk->sdispl[p] = so; so += rk->scnt[p];
+        rk->rcnt[p] = pairCount(c, p, r); rk->rdispl[p] = ro; ro += rk->rcnt[p];
+      }
+      rk->sendElems = so; rk->recvElems = ro;
+      break;
+    }
+  }
+  if (c->inplace) {
+    size_t total = (c->coll == C_ALLGATHER) ? rk->recvElems : rk->sendElems;
+    char* a = guardedAlloc(total * es, &rk->aBlock, &rk->aBytes);
+    memset(a, SENTINEL_BYTE, total * es);
+    if (c->coll == C_ALLGATHER) {
+      rk->recv = a;
+      rk->send = a + (size_t)r * n * es;
+    } else if (c->coll == C_REDUCESCATTER) {
+      rk->send = a;
+      rk->recv = a + (size_t)r * n * es;
+    } else {
+      rk->send = rk->recv = a;
+    }
+    if (c->coll != C_BROADCAST || r == c->root)
+      for (size_t j = 0; j < rk->sendElems; j++) itPut(c->type, rk->send, j, genRaw(c, r, j));
+  } else {
+    if (c->coll != C_BROADCAST || r == c->root) {
+      rk->send = guardedAlloc(rk->sendElems * es, &rk->aBlock, &rk->aBytes);
+      for (size_t j = 0; j < rk->sendElems; j++) itPut(c->type, rk->send, j, genRaw(c, r, j));
+    }
+    if (c->coll != C_REDUCE || r == c->root) {
+      rk->recv = guardedAlloc(rk->recvElems * es, &rk->bBlock, &rk->bBytes);
+      memset(rk->recv, SENTINEL_BYTE, rk->recvElems * es);
+    }
+  }
+  if (c->op == OP_PREMUL) {
+    unsigned char scalar[8];
+    itPut(c->type, scalar, 0, c->scalar);
+    CALL(rk, commRedOpCreatePreMulSum(&rk->op, scalar, c->type, commScalarHostImmediate, rk->comm));
+    memset(scalar, 0xff, sizeof(scalar)); /* host-immediate: read at creation, so this must not matter */
+    if ((int)rk->op < (int)commNumOps) failf(rk, "commRedOpCreatePreMulSum gave op %d < commNumOps", (int)rk->op);
+  } else if (c->op != OP_COPY) {
+    static const commRedOp_t map[] = {commSum, commProd, commMax, commMin, commAvg};
+    rk->op = map[c->op];
+  }
+}
+
+static commResult_t issue(rankst* rk, const tcase* c) {
+  commDataType_t t = c->type;
+  size_t es = itTypeSize(t);
+  comm_t comm = rk->comm;
+  int r = rk->rank;
+  switch (c->coll) {
+    case C_ALLREDUCE: return commAllReduce(rk->send, rk->recv, c->count, t, rk->op, comm, NULL);
+    case C_BROADCAST: return commBroadcast(rk->send, rk->recv, c->count, t, c->root, comm, NULL);
+    case C_REDUCE: return commReduce(rk->send, rk->recv, c->count, t, rk->op, c->root, comm, NULL);
+    case C_ALLGATHER: return commAllGather(rk->send, rk->recv, c->count, t, comm, NULL);
+    case C_REDUCESCATTER: return commReduceScatter(rk->send, rk->recv, c->count, t, rk->op, comm, NULL);
+    case C_ALLTOALL: return commAllToAll(rk->send, rk->recv, c->count, t, comm, NULL);
+    case C_SENDRECV: {
+      commResult_t res = commGroupStart();
+      if (res != commSuccess) return res;
+      res = commSend(rk->send, c->count, t, (r + 1) % N, comm, NULL);
+      if (res == commSuccess) res = commRecv(rk->recv, c->count, t, (r + N - 1) % N, comm, NULL);
+      commResult_t end = commGroupEnd();
+      return res != commSuccess ? res : end;
+    }
+    case C_ALLPAIRS: {
+      commResult_t res = commGroupStart();
+      if (res != commSuccess) return res;
+      for (int k = 0; k < N && res == commSuccess; k++) {
+        int p = (r + k) % N; /* every rank starts with a different peer */
+        res = commSend((char*)rk->send + rk->sdispl[p] * es, rk->scnt[p], t, p, comm, NULL);
+        if (res == commSuccess) res = commRecv((char*)rk->recv + rk->rdispl[p] * es, rk->rcnt[p], t, p, comm, NULL);
+      }
+      commResult_t end = commGroupEnd();
+      return res != commSuccess ? res : end;
+    }
+  }
+  return commInternalError;
+}
+
+static double tolerance(const tcase* c, double expect) {
+  if (c->op != OP_AVG || !itTypeIsFloat(c->type)) return 0;
+  double eps;
+  switch (c->type) {
+    case commFloat16: eps = 0x1p-10; break;
+    case commBfloat16: eps = 0x1p-7; break;
+    case commFloat8e4m3: eps = 0x1p-3; break;
+    case commFloat8e5m2: eps = 0x1p-2; break;
+    case commFloat32: eps = 0x1p-23; break;
+    default: eps = 0x1p-52; break;
+  }
+  return fabs(expect) * eps; /* avg may be computed as a sum of x/N: allow one rounding */
+}
+
+static int expectAt(rankst* rk, const tcase* c, size_t i, double* out) {
+  int r = rk->rank;
+  size_t n = c->count;
+  switch (c->coll) {
+    case C_ALLREDUCE: *out = reduceRef(c, i, idxSame, r); return 1;
+    case C_REDUCE:
+      if (r != c->root) return 0;
+      *out = reduceRef(c, i, idxSame, r);
+      return 1;
+    case C_BROADCAST: *out = inVal(c, c->root, i); return 1;
+    case C_ALLGATHER: *out = inVal(c, (int)(i / n), i % n); return 1;
+    case C_REDUCESCATTER: *out = reduceRef(c, i, idxScatter, r); return 1;
+    case C_ALLTOALL: *out = inVal(c, (int)(i / n), (size_t)r * n + i % n); return 1;
+    case C_SENDRECV: *out = inVal(c, (r + N - 1) % N, i); return 1;
+    case C_ALLPAIRS: {
+      int q = 0;
+      while (q + 1 < N && rk->rdispl[q + 1] <= i) q++;
+      size_t off = 0; /* where q's data for r starts in q's send buffer */
+      for (int p = 0; p < r; p++) off += pairCount(c, q, p);
+      *out = inVal(c, q, off + (i - rk->rdispl[q]));
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static void describe(const tcase* c, char* buf, size_t len) {
+  snprintf(buf, len, "%s %s %s%s count=%zu root=%d %s", collName[c->coll], itTypeName(c->type), opName[c->op],
+           c->op == OP_PREMUL ? (c->scalar == 2.0 ? "(x2)" : "(x0.5)") : "", c->count, c->root,
+           c->inplace ? "in-place" : "out-of-place");
+}
+
+static void checkCase(rankst* rk, const tcase* c) {
+  char what[160];
+  describe(c, what, sizeof(what));
+  rk->cases++;
+  if (rk->recv) {
+    for (size_t i = 0; i < rk->recvElems; i++) {
+      double expect;
+      if (!expectAt(rk, c, i, &expect)) continue;
+      double got = itGet(c->type, rk->recv, i);
+      rk->checks++;
+      if (!(fabs(got - expect) <= tolerance(c, expect)))
+        failf(rk, "%s: element %zu: got %.17g, expected %.17g", what, i, got, expect);
+    }
+  }
+  /* Out of place, the input must be left as it was. */
+  if (!c->inplace && rk->send) {
+    for (size_t j = 0; j < rk->sendElems; j++) {
+      double expect = inVal(c, rk->rank, j), got = itGet(c->type, rk->send, j);
+      rk->checks++;
+      if (got != expect) {
+        failf(rk, "%s: send buffer element %zu changed: %.17g, was %.17g", what, j, got, expect);
+        break;
+      }
+    }
+  }
+  checkGuards(rk, c, rk->aBlock, rk->aBytes, c->inplace ? "in-place" : "send");
+  checkGuards(rk, c, rk->bBlock, rk->bBytes, "recv");
+}
+
+static void teardown(rankst* rk, const tcase* c) {
+  if (c->op == OP_PREMUL) CALL(rk, commRedOpDestroy(rk->op, rk->comm));
+  free(rk->aBlock);
+  free(rk->bBlock);
+  rk->aBlock = rk->bBlock = NULL;
+}
+
+/* One case on the m ranks this thread drives (m > 1: all issued inside one group). */
+static void runCase(rankst** rks, int m, const tcase* c) {
+  if (verbose && rks[0]->rank == 0) {
+    char what[160];
+    describe(c, what, sizeof(what));
+    fprintf(stderr, "mp_colls: %s\n", what);
+  }
+  for (int k = 0; k < m; k++) setup(rks[k], c);
+  if (m > 1) CALL(rks[0], commGroupStart());
+  for (int k = 0; k < m; k++) {
+    commResult_t res = issue(rks[k], c);
+    if (res != commSuccess) {
+      char what[200];
+      describe(c, what, sizeof(what));
+      fatal(rks[k], what, res);
+    }
+  }
+  if (m > 1) CALL(rks[0], commGroupEnd());
+  for (int k = 0; k < m; k++) {
+    checkCase(rks[k], c);
+    teardown(rks[k], c);
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* The list of cases: identical on every rank. */
+static tcase* cases;
+static size_t ncases, capcases;
+static void add(int coll, commDataType_t t, int op, double scalar, int root, size_t count, int inplace) {
+  if (ncases == capcases) {
+    capcases = capcases ? 2 * capcases : 1024;
+    cases = realloc(cases, capcases * sizeof(*cases));
+    if (!cases) exit(2);
+  }
+  cases[ncases++] = (tcase){coll, t, op, scalar, root, count, inplace};
+}
+
+static void buildCases(void) {
+  static const commDataType_t allTypes[] = {commInt8, commUint8, commInt32, commUint32, commInt64, commUint64,
+                                            commFloat16, commFloat32, commFloat64, commBfloat16,
+                                            commFloat8e4m3, commFloat8e5m2};
+  static const commDataType_t quickTypes[] = {commInt8, commInt32, commUint64, commFloat16, commFloat32,
+                                              commFloat64, commBfloat16, commFloat8e4m3};
+  const commDataType_t* types = quick ? quickTypes : allTypes;
+  int ntypes = quick ? 8 : 12;
+  static const size_t counts[] = {0, 1, 7, 1023};
+  int roots[2] = {0, N - 1};
+  int nroots = N > 1 ? 2 : 1;
+
+  for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+    size_t n = counts[ci];
+    for (int ti = 0; ti < ntypes; ti++) {
+      commDataType_t t = types[ti];
+      for (int ip = 0; ip < 2; ip++) {
+        for (int op = OP_SUM; op <= OP_PREMUL; op++) {
+          add(C_ALLREDUCE, t, op, 2.0, 0, n, ip);
+          add(C_REDUCESCATTER, t, op, 2.0, 0, n, ip);
+          for (int ri = 0; ri < nroots; ri++)
+            if (ri == 0 || op == OP_SUM || op == OP_MAX || op == OP_PREMUL) add(C_REDUCE, t, op, 2.0, roots[ri], n, ip);
+        }
+        if (t == commFloat32 || t == commFloat64) {
+          add(C_ALLREDUCE, t, OP_PREMUL, 0.5, 0, n, ip);
+          add(C_REDUCE, t, OP_PREMUL, 0.5, N - 1, n, ip);
+          add(C_REDUCESCATTER, t, OP_PREMUL, 0.5, 0, n, ip);
+        }
+        for (int ri = 0; ri < nroots; ri++) add(C_BROADCAST, t, OP_COPY, 0, roots[ri], n, ip);
+        add(C_ALLGATHER, t, OP_COPY, 0, 0, n, ip);
+      }
+      add(C_ALLTOALL, t, OP_COPY, 0, 0, n, 0);
+      add(C_SENDRECV, t, OP_COPY, 0, 0, n, 0);
+      add(C_ALLPAIRS, t, OP_COPY, 0, 0, n, 0);
+    }
+  }
+
+  /* 100003 elements: larger than any slot or chunk, odd, so every pipeline has a ragged tail. */
+  const size_t big = 100003;
+  for (int ip = 0; ip < 2; ip++) {
+    add(C_ALLREDUCE, commFloat32, OP_SUM, 0, 0, big, ip);
+    add(C_REDUCESCATTER, commFloat32, OP_SUM, 0, 0, big, ip);
+    add(C_ALLGATHER, commFloat32, OP_COPY, 0, 0, big, ip);
+    add(C_BROADCAST, commInt8, OP_COPY, 0, N - 1, big, ip);
+    add(C_REDUCE, commFloat32, OP_SUM, 0, 0, big, ip);
+    if (!quick) {
+      add(C_ALLREDUCE, commBfloat16, OP_SUM, 0, 0, big, ip);
+      add(C_ALLREDUCE, commInt32, OP_PROD, 0, 0, big, ip);
+      add(C_ALLREDUCE, commFloat8e4m3, OP_MAX, 0, 0, big, ip);
+      add(C_ALLREDUCE, commFloat64, OP_PREMUL, 2.0, 0, big, ip);
+      add(C_ALLREDUCE, commInt8, OP_AVG, 0, 0, big, ip);
+      add(C_ALLREDUCE, commUint64, OP_MIN, 0, 0, big, ip);
+      add(C_REDUCE, commInt32, OP_MAX, 0, N - 1, big, ip);
+      add(C_REDUCESCATTER, commBfloat16, OP_SUM, 0, 0, big, ip);
+      add(C_REDUCESCATTER, commInt64, OP_MIN, 0, 0, big, ip);
+      add(C_ALLGATHER, commUint8, OP_COPY, 0, 0, big, ip);
+      add(C_BROADCAST, commFloat64, OP_COPY, 0, 0, big, ip);
+    }
+  }
+  add(C_ALLTOALL, commInt32, OP_COPY, 0, 0, big, 0);
+  add(C_SENDRECV, commFloat64, OP_COPY, 0, 0, big, 0);
+  add(C_ALLPAIRS, commInt32, OP_COPY, 0, 0, big, 0);
+  /* One large allreduce: 4 Mi float32 elements (16 MiB). */
+  add(C_ALLREDUCE, commFloat32, OP_SUM, 0, 0, (size_t)4 << 20, 0);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+static void checkQueries(rankst* rk) {
+  int v = -2;
+  CALL(rk, commCount(rk->comm, &v));
+  rk->checks++;
+  if (v != N) failf(rk, "commCount = %d, expected %d", v, N);
+  v = -2;
+  CALL(rk, commUserRank(rk->comm, &v));
+  rk->checks++;
+  if (v != rk->rank) failf(rk, "commUserRank = %d, expected %d", v, rk->rank);
+  v = -2;
+  CALL(rk, commCuDevice(rk->comm, &v));
+  rk->checks++;
+  if (v != -1) failf(rk, "commCuDevice = %d, expected -1 (host-only communicator)", v);
+}
+
+/* commSplit and commFinalize talk to the other ranks before they return. With one thread driving every
+ * rank (-g), they run inside commGroupStart/End when -G is given (NCCL allows that); otherwise each rank's
+ * call runs on a helper thread, so the rest of -g still tests one thread driving all collectives. */
+static int strictGroup;
+typedef struct {
+  rankst* rk;
+  comm_t comm;
+  int color, key;
+  comm_t* out;
+  int finalize;
+  commResult_t res;
+} blockingCall;
+static void* blockingCallMain(void* p) {
+  blockingCall* b = p;
+  b->res = b->finalize ? commFinalize(b->comm) : commSplit(b->comm, b->color, b->key, b->out, NULL);
+  return NULL;
+}
+static void runBlocking(blockingCall* calls, int m) {
+  if (m == 1 || strictGroup) {
+    if (m > 1) CALL(calls[0].rk, commGroupStart());
+    for (int k = 0; k < m; k++)
+      if (calls[k].comm) blockingCallMain(&calls[k]);
+    if (m > 1) CALL(calls[0].rk, commGroupEnd());
+  } else {
+    pthread_t th[64];
+    for (int k = 0; k < m; k++)
+      if (calls[k].comm && pthread_create(&th[k], NULL, blockingCallMain, &calls[k]) != 0) exit(2);
+    for (int k = 0; k < m; k++)
+      if (calls[k].comm) pthread_join(th[k], NULL);
+  }
+  for (int k = 0; k < m; k++)
+    if (calls[k].comm && calls[k].res != commSuccess)
+      fatal(calls[k].rk, calls[k].finalize ? "commFinalize" : "commSplit", calls[k].res);
+}
+
+static void destroyComms(rankst** rks, comm_t* comms, int m) {
+  blockingCall calls[64];
+  memset(calls, 0, sizeof(calls));
+  for (int k = 0; k < m; k++) calls[k] = (blockingCall){rks[k], comms[k], 0, 0, NULL, 1, commSuccess};
+  runBlocking(calls, m);
+  for (int k = 0; k < m; k++)
+    if (comms[k]) CALL(rks[k], commDestroy(comms[k]));
+}
+
+/* Allreduce (sum of the parent ranks) on children; members[k]: whether parent rank k belongs. */
+static void childAllReduce(rankst** rks, comm_t* child, int m, const int* inChild, const char* what) {
+  enum { CN = 5 };
+  int32_t send[64][CN], recv[64][CN];
+  int32_t expect[CN] = {0};
+  for (int q = 0; q < N; q++)
+    if (inChild[q])
+      for (int i = 0; i < CN; i++) expect[i] += q * 10 + i;
+  if (m > 1) CALL(rks[0], commGroupStart());
+  for (int k = 0; k < m; k++) {
+    if (!child[k]) continue;
+    for (int i = 0; i < CN; i++) { send[k][i] = rks[k]->rank * 10 + i; recv[k][i] = -1; }
+    CALL(rks[k], commAllReduce(send[k], recv[k], CN, commInt32, commSum, child[k], NULL));
+  }
+  if (m > 1) CALL(rks[0], commGroupEnd());
+  for (int k = 0; k < m; k++) {
+    if (!child[k]) continue;
+    for (int i = 0; i < CN; i++) {
+      rks[k]->checks++;
+      if (recv[k][i] != expect[i])
+        failf(rks[k], "%s: allreduce on the child: element %d = %d, expected %d", what, i, recv[k][i], expect[i]);
+    }
+  }
+}
+
+static void testSplit(rankst** rks, int m) {
+  comm_t child[64];
+  int inChild[64];
+  static int notAComm;
+
+  /* Even and odd ranks, key reversing the order. */
+  blockingCall calls[64];
+  for (int k = 0; k < m; k++) {
+    child[k] = (comm_t)&notAComm;
+    calls[k] = (blockingCall){rks[k], rks[k]->comm, rks[k]->rank % 2, N - rks[k]->rank, &child[k], 0, commSuccess};
+  }
+  runBlocking(calls, m);
+  for (int k = 0; k < m; k++) {
+    rankst* rk = rks[k];
+    int r = rk->rank, color = r % 2, size = 0, pos = 0;
+    for (int q = 0; q < N; q++) {
+      if (q % 2 != color) continue;
+      size++;
+      if (q > r) pos++; /* larger parent rank = smaller key = earlier */
+    }
+    rk->checks++;
+    if (!child[k] || child[k] == (comm_t)&notAComm) {
+      failf(rk, "commSplit(color %d) gave no communicator", color);
+      child[k] = NULL;
+      continue;
+    }
+    int v = -2;
+    CALL(rk, commCount(child[k], &v));
+    rk->checks++;
+    if (v != size) failf(rk, "split child: commCount = %d, expected %d", v, size);
+    v = -2;
+    CALL(rk, commUserRank(child[k], &v));
+    rk->checks++;
+    if (v != pos) failf(rk, "split child (key reverses order): commUserRank = %d, expected %d", v, pos);
+    v = -2;
+    CALL(rk, commCuDevice(child[k], &v));
+    rk->checks++;
+    if (v != -1) failf(rk, "split child: commCuDevice = %d, expected -1", v);
+  }
+  for (int m2 = 0; m2 < 2; m2++) {
+    /* one allreduce per color; in group mode both colors run in the same group */
+    int color = m2;
+    for (int q = 0; q < N; q++) inChild[q] = (q % 2 == color);
+    comm_t sub[64];
+    for (int k = 0; k < m; k++) sub[k] = (rks[k]->rank % 2 == color) ? child[k] : NULL;
+    int any = 0;
+    for (int k = 0; k < m; k++) any |= sub[k] != NULL;
+    if (any) childAllReduce(rks, sub, m, inChild, "split even/odd");
+  }
+  destroyComms(rks, child, m);
+
+  /* Rank 0 opts out with COMM_SPLIT_NOCOLOR. */
+  for (int k = 0; k < m; k++) {
+    child[k] = (comm_t)&notAComm;
+    int r = rks[k]->rank;
+    calls[k] = (blockingCall){rks[k], rks[k]->comm, r == 0 ? COMM_SPLIT_NOCOLOR : 7, r, &child[k], 0, commSuccess};
+  }
+  runBlocking(calls, m);
+  for (int k = 0; k < m; k++) {
+    rankst* rk = rks[k];
+    rk->checks++;
+    if (rk->rank == 0) {
+      if (child[k] != NULL) failf(rk, "commSplit(COMM_SPLIT_NOCOLOR) gave %p, expected NULL", (void*)child[k]);
+      child[k] = NULL;
+      continue;
+    }
+    if (!child[k] || child[k] == (comm_t)&notAComm) {
+      failf(rk, "commSplit(color 7) gave no communicator");
+      child[k] = NULL;
+      continue;
+    }
+    int v = -2;
+    CALL(rk, commCount(child[k], &v));
+    rk->checks++;
+    if (v != N - 1) failf(rk, "split without rank 0: commCount = %d, expected %d", v, N - 1);
+    CALL(rk, commUserRank(child[k], &v));
+    rk->checks++;
+    if (v != rk->rank - 1) failf(rk, "split without rank 0: commUserRank = %d, expected %d", v, rk->rank - 1);
+  }
+  for (int q = 0; q < N; q++) inChild[q] = q != 0;
+  if (N > 1) childAllReduce(rks, child, m, inChild, "split without rank 0");
+  destroyComms(rks, child, m);
+}
+
+/* Everything one thread does for its m ranks. Returns the number of failures. */
+static long runRanks(rankst** rks, int m) {
+  double t0 = itNowSec();
+  for (int k = 0; k < m; k++) {
+    rks[k]->scnt = calloc((size_t)N * 4, sizeof(size_t));
+    if (!rks[k]->scnt) exit(2);
+    rks[k]->sdispl = rks[k]->scnt + N;
+    rks[k]->rcnt = rks[k]->scnt + 2 * N;
+    rks[k]->rdispl = rks[k]->scnt + 3 * N;
+    checkQueries(rks[k]);
+  }
+  for (size_t i = 0; i < ncases; i++) runCase(rks, m, &cases[i]);
+  /* Marker for log readers (two_hosts.sh): connections logged after it belong to split children. */
+  fprintf(stderr, "mp_colls: commSplit tests\n");
+  testSplit(rks, m);
+  long fails = 0;
+  comm_t comms[64];
+  for (int k = 0; k < m; k++) {
+    commResult_t async = commInternalError;
+    CALL(rks[k], commGetAsyncError(rks[k]->comm, &async));
+    rks[k]->checks++;
+    if (async != commSuccess) failf(rks[k], "commGetAsyncError = %d after a clean run", (int)async);
+    comms[k] = rks[k]->comm;
+  }
+  destroyComms(rks, comms, m);
+  for (int k = 0; k < m; k++) {
+    rankst* rk = rks[k];
+    printf("mp_colls: rank %d/%d: %ld cases, %ld checks, %ld failures, %.2f s\n", rk->rank, N, rk->cases,
+           rk->checks, rk->fails, itNowSec() - t0);
+    fails += rk->fails;
+    free(rk->scnt);
+  }
+  fflush(stdout);
+  return fails;
+}
+
+static long runOneRank(comm_t comm, int rank) {
+  rankst rk;
+  memset(&rk, 0, sizeof(rk));
+  rk.comm = comm;
+  rk.rank = rank;
+  rankst* p = &rk;
+  return runRanks(&p, 1);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+typedef struct {
+  commUniqueId id;
+  int rank;
+  long fails;
+} threadArg;
+
+static void* threadMain(void* a) {
+  threadArg* ta = a;
+  comm_t comm = NULL;
+  commResult_t res = commInitRank(&comm, N, ta->id, ta->rank);
+  if (res != commSuccess) {
+    fprintf(stderr, "mp_colls: FAIL: rank %d: commInitRank returned %d (%s): %s\n", ta->rank, (int)res,
+            commGetErrorString(res), commGetLastError(NULL));
+    exit(2);
+  }
+  ta->fails = runOneRank(comm, ta->rank);
+  return NULL;
+}
+
+static int usage(void) {
+  fprintf(stderr, "usage: mp_colls -np N [-t | -g | -G] [-q] [-v] [-w seconds]\n"
+                  "       COMM_RANK=r COMM_NRANKS=n [COMM_ROOT=host:port] mp_colls [-q] [-v]\n");
+  return 2;
+}
+
+int main(int argc, char** argv) {
+  int threads = 0, group = 0, watchdog = 290;
+  N = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "-np") && i + 1 < argc) N = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "-t")) threads = 1;
+    else if (!strcmp(argv[i], "-g")) group = 1;
+    else if (!strcmp(argv[i], "-G")) group = strictGroup = 1;
+    else if (!strcmp(argv[i], "-q")) quick = 1;
+    else if (!strcmp(argv[i], "-v")) verbose = 1;
+    else if (!strcmp(argv[i], "-w") && i + 1 < argc) watchdog = atoi(argv[++i]);
+    else return usage();
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = onAlarm;
+  sigaction(SIGALRM, &sa, NULL);
+  if (watchdog > 0) alarm((unsigned)watchdog);
+
+  int version = 0;
+  if (commGetVersion(&version) != commSuccess || version != COMM_VERSION_CODE) {
+    fprintf(stderr, "mp_colls: FAIL: commGetVersion gave %d, header says %d\n", version, COMM_VERSION_CODE);
+    return 1;
+  }
+
+  const char* envRank = getenv("COMM_RANK");
+  const char* envN = getenv("COMM_NRANKS");
+  if (envRank && envN && !N) {
+    /* Launched by a launcher: one rank, the id derived from COMM_ROOT inside the library. */
+    N = atoi(envN);
+    int rank = atoi(envRank);
+    if (N < 1 || N > 4096 || rank < 0 || rank >= N) return usage();
+    buildCases();
+    commUniqueId id;
+    memset(&id, 0, sizeof(id));
+    comm_t comm = NULL;
+    commResult_t res = commInitRank(&comm, N, id, rank);
+    if (res != commSuccess) {
+      fprintf(stderr, "mp_colls: FAIL: rank %d: commInitRank (env launch) returned %d (%s): %s\n", rank,
+              (int)res, commGetErrorString(res), commGetLastError(NULL));
+      return 1;
+    }
+    long fails = runOneRank(comm, rank);
+    printf("mp_colls: rank %d: %s\n", rank, fails ? "FAIL" : "PASS");
+    return fails ? 1 : 0;
+  }
+  if (N < 1 || N > 64 || (threads && group)) return usage();
+  buildCases();
+  printf("mp_colls: %d ranks (%s), %zu cases per rank\n", N, group ? "one thread, groups" : threads ? "threads" : "processes", ncases);
+
+  long fails = 0;
+  if (group) {
+    comm_t comms[64];
+    CALL(NULL, commGroupStart());
+    CALL(NULL, commInitAll(comms, N, NULL));
+    CALL(NULL, commGroupEnd());
+    rankst st[64];
+    rankst* rks[64];
+    memset(st, 0, sizeof(st));
+    for (int k = 0; k < N; k++) {
+      st[k].comm = comms[k];
+      st[k].rank = k;
+      rks[k] = &st[k];
+      int rank = -2;
+      CALL(&st[k], commUserRank(comms[k], &rank));
+      if (rank != k) { fprintf(stderr, "mp_colls: FAIL: commInitAll: comms[%d] has rank %d\n", k, rank); return 1; }
+    }
+    fails = runRanks(rks, N);
+  } else {
+    commUniqueId id;
+    CALL(NULL, commGetUniqueId(&id));
+    if (threads) {
+      pthread_t th[64];
+      threadArg ta[64];
+      for (int r = 0; r < N; r++) {
+        ta[r].id = id;
+        ta[r].rank = r;
+        ta[r].fails = 0;
+        if (pthread_create(&th[r], NULL, threadMain, &ta[r]) != 0) { perror("pthread_create"); return 2; }
+      }
+      for (int r = 0; r < N; r++) {
+        pthread_join(th[r], NULL);
+        fails += ta[r].fails;
+      }
+    } else {
+      pid_t parent = getpid();
+      children = calloc((size_t)N, sizeof(pid_t));
+      fflush(NULL);
+      for (int r = 0; r < N; r++) {
+        pid_t pid = fork();
+        if (pid < 0) { perror("fork"); onAlarm(0); }
+        if (pid == 0) {
+          nchildren = 0; /* the watchdog of a rank kills nobody else */
+          prctl(PR_SET_PDEATHSIG, SIGKILL);
+          if (getppid() != parent) _exit(3);
+          comm_t comm = NULL;
+          commResult_t res = commInitRank(&comm, N, id, r);
+          if (res != commSuccess) {
+            fprintf(stderr, "mp_colls: FAIL: rank %d: commInitRank returned %d (%s): %s\n", r, (int)res,
+                    commGetErrorString(res), commGetLastError(NULL));
+            _exit(2);
+          }
+          long f = runOneRank(comm, r);
+          fflush(NULL);
+          _exit(f ? 1 : 0);
+        }
+        children[nchildren++] = pid;
+      }
+      int left = N;
+      while (left > 0) {
+        int status;
+        pid_t pid = wait(&status);
+        if (pid < 0) {
+          if (errno == EINTR) continue;
+          perror("wait");
+          break;
+        }
+        int r = -1;
+        for (int i = 0; i < nchildren; i++)
+          if (children[i] == pid) { r = i; children[i] = 0; }
+        if (r < 0) continue;
+        left--;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+          fails++;
+          if (WIFSIGNALED(status))
+            fprintf(stderr, "mp_colls: FAIL: rank %d killed by signal %d\n", r, WTERMSIG(status));
+          else
+            fprintf(stderr, "mp_colls: FAIL: rank %d exited with status %d\n", r, WEXITSTATUS(status));
+          if (WIFSIGNALED(status) || WEXITSTATUS(status) >= 2) {
+            /* an API error: the other ranks would wait for this one until their timeout */
+            for (int i = 0; i < nchildren; i++)
+              if (children[i] > 0) kill(children[i], SIGKILL);
+          }
+        }
+      }
+    }
+  }
+  printf("mp_colls: %s\n", fails ? "FAIL" : "PASS");
+  return fails ? 1 : 0;
+}
