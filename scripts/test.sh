@@ -3,7 +3,8 @@
 #   1. build-test/: warnings are errors (-DCOMM_WERROR=ON), every test;
 #   2. build-asan/: AddressSanitizer + UndefinedBehaviorSanitizer (-DCOMM_SANITIZE=ON), every test but
 #      those labelled "heavy" (8 ranks on one machine, the two-namespace run) to bound the time.
-# Exits non-zero on the first failing step. Set COMM_TEST_SKIP_ASAN=1 to run only the first pass.
+# A failed build stops the script; failing tests are reported and the other pass still runs; the exit
+# status is non-zero if anything failed. Set COMM_TEST_SKIP_ASAN=1 to run only the first pass.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -15,10 +16,12 @@ ctest_jobs=${COMM_TEST_JOBS:-2}
 echo "=== test.sh: build-test (warnings as errors) ==="
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOMM_WERROR=ON
 cmake --build build-test -j"$jobs"
-(cd build-test && ctest --output-on-failure -j"$ctest_jobs")
+failed=()
+(cd build-test && ctest --output-on-failure -j"$ctest_jobs") || failed+=("build-test")
 
 if [[ "${COMM_TEST_SKIP_ASAN:-0}" == "1" ]]; then
   echo "=== test.sh: sanitizer pass skipped (COMM_TEST_SKIP_ASAN=1) ==="
+  [[ ${#failed[@]} -eq 0 ]] || { echo "=== test.sh: FAILED in: ${failed[*]} ==="; exit 1; }
   exit 0
 fi
 
@@ -27,5 +30,9 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCOMM_WERROR=ON -DCOMM_SANITI
 cmake --build build-asan -j"$jobs"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
-(cd build-asan && ctest --output-on-failure -j"$ctest_jobs" -LE heavy)
+(cd build-asan && ctest --output-on-failure -j"$ctest_jobs" -LE heavy) || failed+=("build-asan")
+if [[ ${#failed[@]} -ne 0 ]]; then
+  echo "=== test.sh: FAILED in: ${failed[*]} ==="
+  exit 1
+fi
 echo "=== test.sh: all passes succeeded ==="
