@@ -25,8 +25,9 @@ endfunction()
 comm_it_test(mp_colls.np2 COMMAND mp_colls -w 200 -np 2 LABELS mp)
 comm_it_test(mp_colls.np3 COMMAND mp_colls -w 200 -np 3 LABELS mp)
 comm_it_test(mp_colls.np4 COMMAND mp_colls -w 200 -np 4 LABELS mp)
-# 8 ranks on a 2-core machine: the quick matrix, and nothing else running beside it.
-comm_it_test(mp_colls.np8 COMMAND mp_colls -w 200 -np 8 -q LABELS "mp;heavy" SERIAL)
+comm_it_test(mp_colls.np5 COMMAND mp_colls -w 200 -np 5 LABELS mp)
+# 8 ranks on a 2-core machine: nothing else running beside it.
+comm_it_test(mp_colls.np8 COMMAND mp_colls -w 200 -np 8 LABELS "mp;heavy" SERIAL)
 # Ranks as threads of one process; and one thread driving 4 communicators from commInitAll in groups.
 comm_it_test(mp_colls.threads4 COMMAND mp_colls -w 200 -np 4 -t LABELS mp)
 comm_it_test(mp_colls.group4 COMMAND mp_colls -w 200 -np 4 -g LABELS mp)

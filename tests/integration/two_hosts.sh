@@ -51,7 +51,7 @@ for rank in 0 1 2 3; do
   if [[ $rank -lt 2 ]]; then ns=$NS0; ifname=$IF0; else ns=$NS1; ifname=$IF1; fi
   ip netns exec "$ns" env COMM_ROOT="$ADDR0:$PORT" COMM_RANK=$rank COMM_NRANKS=$NRANKS \
     COMM_SOCKET_IFNAME="$ifname" COMM_DEBUG=INFO COMM_TIMEOUT_MS=60000 \
-    "$MP" -q -w 240 >"$LOGS/rank$rank.log" 2>&1 &
+    "$MP" -w 240 >"$LOGS/rank$rank.log" 2>&1 &
   PIDS+=($!)
 done
 
