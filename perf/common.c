@@ -332,7 +332,7 @@ static int parseArgs(int argc, char** argv) {
       if (a + 1 >= argc) { fprintf(stderr, "%s: option '%s' needs a value\n", progName, arg); return -1; }
       val = argv[++a];
     }
-    int bad = 0, iv;
+    int bad = 0, iv = 0;
     switch (which) {
       case 0: bad = parseSize(val, &opts.minBytes); break;
       case 1: bad = parseSize(val, &opts.maxBytes); break;

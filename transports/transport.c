@@ -100,43 +100,50 @@ static void logConn(struct commComm* comm, const commConn* conn, int id) {
   }
 }
 
-commResult_t commTransportConnect(struct commComm* comm, const commConnRequest* reqs, int nReqs) {
-  commResult_t res = commSuccess;
-  commConn** made = NULL; /* per request: the conn this call created (NULL: nothing to do) */
-  selfMsg* self = NULL;
-  char msg[COMM_CONN_INFO_BYTES];
-  if (nReqs <= 0) return commSuccess;
-  COMMCHECK(commCalloc(&made, (size_t)nReqs, sizeof(commConn*)));
+/* One communicator's share of a connect call. */
+typedef struct {
+  struct commComm* comm;
+  const commConnRequest* reqs;
+  int nReqs;
+  commConn** made; /* per request: the conn this call created (NULL: nothing to do) */
+  selfMsg* self;
+} connectState;
 
-  /* Validate and create the missing conns, so that duplicate requests see them. */
+/* Validate and create the missing conns, so that duplicate requests see them. */
+static commResult_t connectPrepare(connectState* st) {
+  struct commComm* comm = st->comm;
+  COMMCHECK(commCalloc(&st->made, (size_t)st->nReqs, sizeof(commConn*)));
   int needSelf = 0;
-  for (int i = 0; i < nReqs; i++) {
-    const commConnRequest* r = &reqs[i];
+  for (int i = 0; i < st->nReqs; i++) {
+    const commConnRequest* r = &st->reqs[i];
     if (r->channel < 0 || r->channel >= COMM_MAX_CHANNELS || r->peer < 0 || r->peer >= comm->nRanks) {
       WARN("transport: invalid connection request (channel %d, peer %d of %d ranks)", r->channel, r->peer,
            comm->nRanks);
-      res = commInternalError;
-      goto fail;
+      return commInternalError;
     }
     commConn** slot = connSlot(comm, r);
     if (!slot) {
       WARN("transport: channel %d has no connection arrays", r->channel);
-      res = commInternalError;
-      goto fail;
+      return commInternalError;
     }
     if (*slot) continue;
-    COMMCHECKGOTO(commCalloc(slot, 1, sizeof(commConn)), res, fail);
-    made[i] = *slot;
-    made[i]->peer = r->peer;
-    made[i]->channel = r->channel;
-    made[i]->isSend = r->isSend ? 1 : 0;
+    COMMCHECK(commCalloc(slot, 1, sizeof(commConn)));
+    st->made[i] = *slot;
+    st->made[i]->peer = r->peer;
+    st->made[i]->channel = r->channel;
+    st->made[i]->isSend = r->isSend ? 1 : 0;
     if (r->peer == comm->rank) needSelf = 1;
   }
-  if (needSelf) COMMCHECKGOTO(commCalloc(&self, COMM_MAX_CHANNELS * 2, sizeof(selfMsg)), res, fail);
+  if (needSelf) COMMCHECK(commCalloc(&st->self, COMM_MAX_CHANNELS * 2, sizeof(selfMsg)));
+  return commSuccess;
+}
 
-  /* Phase 1: receivers set up and publish their info. */
-  for (int i = 0; i < nReqs; i++) {
-    commConn* conn = made[i];
+/* Phase 1: receivers set up and publish their info. */
+static commResult_t connectPhase1(connectState* st) {
+  struct commComm* comm = st->comm;
+  char msg[COMM_CONN_INFO_BYTES];
+  for (int i = 0; i < st->nReqs; i++) {
+    commConn* conn = st->made[i];
     if (!conn || conn->isSend) continue;
     int id = (comm->peers[conn->peer].hostHash == comm->peers[comm->rank].hostHash && !comm->shmDisable)
                  ? COMM_TRANSPORT_SHM
@@ -145,54 +152,91 @@ commResult_t commTransportConnect(struct commComm* comm, const commConnRequest* 
     logConn(comm, conn, id);
     memset(msg, 0, sizeof(msg));
     putId(msg, id);
-    COMMCHECKGOTO(conn->transport->recvSetup(comm, conn, msg + CONN_HDR_BYTES), res, fail);
-    COMMCHECKGOTO(exchangeSend(comm, conn->peer, conn->channel, PHASE_INFO, msg, self), res, fail);
+    COMMCHECK(conn->transport->recvSetup(comm, conn, msg + CONN_HDR_BYTES));
+    COMMCHECK(exchangeSend(comm, conn->peer, conn->channel, PHASE_INFO, msg, st->self));
   }
-  /* Phase 2: senders connect and acknowledge. */
-  for (int i = 0; i < nReqs; i++) {
-    commConn* conn = made[i];
+  return commSuccess;
+}
+
+/* Phase 2: senders connect and acknowledge. */
+static commResult_t connectPhase2(connectState* st) {
+  struct commComm* comm = st->comm;
+  char msg[COMM_CONN_INFO_BYTES];
+  for (int i = 0; i < st->nReqs; i++) {
+    commConn* conn = st->made[i];
     if (!conn || !conn->isSend) continue;
-    COMMCHECKGOTO(exchangeRecv(comm, conn->peer, conn->channel, PHASE_INFO, msg, self), res, fail);
+    COMMCHECK(exchangeRecv(comm, conn->peer, conn->channel, PHASE_INFO, msg, st->self));
     int32_t id = getId(msg);
     if (id < 0 || id >= COMM_NUM_TRANSPORTS) {
       WARN("transport: channel %d: rank %d sent an unknown transport id %d", conn->channel, conn->peer, (int)id);
-      res = commInternalError;
-      goto fail;
+      return commInternalError;
     }
     conn->transport = transports[id];
     logConn(comm, conn, id);
     char ack[COMM_CONN_INFO_BYTES];
     memset(ack, 0, sizeof(ack));
     putId(ack, id);
-    COMMCHECKGOTO(conn->transport->sendConnect(comm, conn, msg + CONN_HDR_BYTES, ack + CONN_HDR_BYTES), res, fail);
-    COMMCHECKGOTO(exchangeSend(comm, conn->peer, conn->channel, PHASE_ACK, ack, self), res, fail);
+    COMMCHECK(conn->transport->sendConnect(comm, conn, msg + CONN_HDR_BYTES, ack + CONN_HDR_BYTES));
+    COMMCHECK(exchangeSend(comm, conn->peer, conn->channel, PHASE_ACK, ack, st->self));
   }
-  /* Phase 3: receivers complete. */
-  for (int i = 0; i < nReqs; i++) {
-    commConn* conn = made[i];
+  return commSuccess;
+}
+
+/* Phase 3: receivers complete. */
+static commResult_t connectPhase3(connectState* st) {
+  struct commComm* comm = st->comm;
+  char msg[COMM_CONN_INFO_BYTES];
+  for (int i = 0; i < st->nReqs; i++) {
+    commConn* conn = st->made[i];
     if (!conn || conn->isSend) continue;
-    COMMCHECKGOTO(exchangeRecv(comm, conn->peer, conn->channel, PHASE_ACK, msg, self), res, fail);
+    COMMCHECK(exchangeRecv(comm, conn->peer, conn->channel, PHASE_ACK, msg, st->self));
     if (getId(msg) != (int32_t)(conn->transport == &commTransportShm ? COMM_TRANSPORT_SHM : COMM_TRANSPORT_NET)) {
       WARN("transport: channel %d: rank %d acknowledged with another transport", conn->channel, conn->peer);
-      res = commInternalError;
-      goto fail;
+      return commInternalError;
     }
-    COMMCHECKGOTO(conn->transport->recvConnect(comm, conn, msg + CONN_HDR_BYTES), res, fail);
+    COMMCHECK(conn->transport->recvConnect(comm, conn, msg + CONN_HDR_BYTES));
   }
-  free(self);
-  free(made);
   return commSuccess;
+}
 
-fail:
-  /* Remove every conn this call created; earlier connections stay usable. */
-  for (int i = 0; i < nReqs; i++) {
-    if (!made[i]) continue;
-    commConn** slot = connSlot(comm, &reqs[i]);
-    if (slot && *slot == made[i]) connDestroy(comm, slot);
+/* Remove every conn this call created (on failure); earlier connections stay usable. */
+static void connectFinish(connectState* st, int failed) {
+  if (failed && st->made) {
+    for (int i = 0; i < st->nReqs; i++) {
+      if (!st->made[i]) continue;
+      commConn** slot = connSlot(st->comm, &st->reqs[i]);
+      if (slot && *slot == st->made[i]) connDestroy(st->comm, slot);
+    }
   }
-  free(self);
-  free(made);
+  free(st->self);
+  free(st->made);
+  st->self = NULL;
+  st->made = NULL;
+}
+
+commResult_t commTransportConnectMulti(struct commComm** comms, const commConnRequest* const* reqs,
+                                       const int* nReqs, int nComms) {
+  commResult_t res = commSuccess;
+  connectState* st = NULL;
+  COMMCHECK(commCalloc(&st, (size_t)nComms, sizeof(*st)));
+  for (int c = 0; c < nComms; c++) st[c] = (connectState){comms[c], reqs[c], nReqs[c], NULL, NULL};
+  commResult_t (*const phases[])(connectState*) = {connectPrepare, connectPhase1, connectPhase2, connectPhase3};
+  /* Each phase for every communicator before the next phase: ranks driven by this one thread never wait on
+   * each other. */
+  for (size_t p = 0; p < sizeof(phases) / sizeof(phases[0]) && res == commSuccess; p++) {
+    for (int c = 0; c < nComms && res == commSuccess; c++) {
+      if (st[c].nReqs <= 0) continue;
+      commLogSetRank(st[c].comm->rank);
+      res = phases[p](&st[c]);
+    }
+  }
+  for (int c = 0; c < nComms; c++) connectFinish(&st[c], res != commSuccess);
+  free(st);
   return res;
+}
+
+commResult_t commTransportConnect(struct commComm* comm, const commConnRequest* reqs, int nReqs) {
+  return commTransportConnectMulti(&comm, &reqs, &nReqs, 1);
 }
 
 commResult_t commTransportProgress(struct commComm* comm) {

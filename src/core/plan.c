@@ -153,7 +153,9 @@ static commResult_t collectConnections(commComm* comm, const commPlan* plan, uns
   return commSuccess;
 }
 
-static commResult_t buildCommPlans(commComm* comm, commTask* tasks, commPlan*** plansOut, int* nPlansOut) {
+/* Plans of one communicator and the connections they still need (made by the caller). */
+static commResult_t buildCommPlans(commComm* comm, commTask* tasks, commPlan*** plansOut, int* nPlansOut,
+                                   commConnRequest** reqsOut, int* nReqsOut) {
   commResult_t res = commSuccess;
   int nColl = 0, nP2p = 0;
   for (commTask* t = tasks; t; t = t->next) {
@@ -186,12 +188,11 @@ static commResult_t buildCommPlans(commComm* comm, commTask* tasks, commPlan*** 
     }
     COMMCHECKGOTO(collectConnections(comm, plans[p], seen, &reqs, &nReqs, &cap), res, fail);
   }
-  if (nReqs > 0) COMMCHECKGOTO(commTransportConnect(comm, reqs, nReqs), res, fail);
-  for (int p = 0; p < n; p++) COMMCHECKGOTO(commPlanPrepare(plans[p]), res, fail);
   free(seen);
-  free(reqs);
   *plansOut = plans;
   *nPlansOut = n;
+  *reqsOut = reqs;
+  *nReqsOut = nReqs;
   return commSuccess;
 fail:
   for (int p = 0; p < n; p++) commPlanFree(plans[p]);
@@ -202,9 +203,23 @@ fail:
 }
 
 commResult_t commPlansBuildMulti(commComm** comms, commTask** lists, int nComms, commPlan*** plans, int* nPlans) {
+  commResult_t res = commSuccess;
+  commConnRequest** reqs = NULL;
+  int* nReqs = NULL;
+  COMMCHECKGOTO(commCalloc(&reqs, (size_t)nComms, sizeof(*reqs)), res, out);
+  COMMCHECKGOTO(commCalloc(&nReqs, (size_t)nComms, sizeof(*nReqs)), res, out);
   for (int c = 0; c < nComms; c++) {
     commLogSetRank(comms[c]->rank);
-    COMMCHECK(buildCommPlans(comms[c], lists[c], &plans[c], &nPlans[c]));
+    COMMCHECKGOTO(buildCommPlans(comms[c], lists[c], &plans[c], &nPlans[c], &reqs[c], &nReqs[c]), res, out);
   }
-  return commSuccess;
+  /* Connections of all communicators of this thread together, phase by phase. */
+  COMMCHECKGOTO(commTransportConnectMulti(comms, (const commConnRequest* const*)reqs, nReqs, nComms), res, out);
+  for (int c = 0; c < nComms; c++)
+    for (int p = 0; p < nPlans[c]; p++) COMMCHECKGOTO(commPlanPrepare(plans[c][p]), res, out);
+out:
+  if (reqs)
+    for (int c = 0; c < nComms; c++) free(reqs[c]);
+  free(reqs);
+  free(nReqs);
+  return res;
 }

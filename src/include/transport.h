@@ -70,6 +70,10 @@ typedef struct {
  * make the matching requests). Chooses shm within a host (unless COMM_SHM_DISABLE=1), net across hosts,
  * logs the choice at INFO. */
 commResult_t commTransportConnect(struct commComm* comm, const commConnRequest* reqs, int nReqs);
+/* The same for several communicators driven by this thread (a group): each phase runs for all of them
+ * before the next, so ranks of one process never wait on each other. */
+commResult_t commTransportConnectMulti(struct commComm** comms, const commConnRequest* const* reqs,
+                                       const int* nReqs, int nComms);
 /* Progress every network connection of comm (called from the executor's wait loops). */
 commResult_t commTransportProgress(struct commComm* comm);
 commResult_t commTransportCloseAll(struct commComm* comm);
