@@ -271,10 +271,22 @@ static commResult_t netSetup(struct commComm* comm, commConn* conn) {
   return commSuccess;
 }
 
+/* The connection is dead. That is only an error if the executor still needs it: a peer that finished its
+ * last operation and closed makes our speculatively posted receives fail. So progress stops here quietly
+ * and check() reports the failure when a wait stalls on this connection. */
 static commResult_t netFail(commConn* conn, commResult_t res) {
   netPriv* p = (netPriv*)conn->priv;
-  if (!netFailed(p)) WARN("net connection %s rank %d failed", conn->isSend ? "to" : "from", conn->peer);
+  if (!netFailed(p))
+    INFO(COMM_NET, "net connection %s rank %d closed or failed (%d)", conn->isSend ? "to" : "from", conn->peer,
+         (int)res);
   netSetFailed(p);
+  return commSuccess;
+}
+
+/* Setting a connection up failed: an error at once. */
+static commResult_t netSetupFail(commConn* conn, const char* what, commResult_t res) {
+  netSetFailed((netPriv*)conn->priv);
+  WARN("net connection %s rank %d: %s failed", conn->isSend ? "to" : "from", conn->peer, what);
   return res == commSuccess ? commRemoteError : res;
 }
 
@@ -285,7 +297,7 @@ static commResult_t netWait(struct commComm* comm, commConn* conn, const char* w
   commBackoff bo = {0};
   for (;;) {
     commResult_t res = fn(a, b, out);
-    if (res != commSuccess) return netFail(conn, res);
+    if (res != commSuccess) return netSetupFail(conn, what, res);
     if (*out) return commSuccess;
     if (commAborted(comm)) {
       WARN("net connection %s rank %d: %s aborted", conn->isSend ? "to" : "from", conn->peer, what);
@@ -312,7 +324,7 @@ static commResult_t netRecvSetup(struct commComm* comm, commConn* conn, void* in
   COMMCHECK(netSetup(comm, conn));
   netPriv* p = (netPriv*)conn->priv;
   commResult_t res = p->net->listen(p->dev, info, &p->listenComm);
-  if (res != commSuccess) return netFail(conn, res);
+  if (res != commSuccess) return netSetupFail(conn, "listen", res);
   return commSuccess;
 }
 
@@ -329,7 +341,7 @@ static commResult_t netSendConnect(struct commComm* comm, commConn* conn, const 
   COMMCHECK(netWait(comm, conn, "connect", netConnectFn, (void*)p->net, handle, &p->sendComm));
   commResult_t res = p->net->regMr(p->sendComm, conn->slots, (size_t)conn->nSlots * conn->slotBytes,
                                    COMM_PTR_HOST, &p->mhandle);
-  if (res != commSuccess) return netFail(conn, res);
+  if (res != commSuccess) return netSetupFail(conn, "regMr", res);
   return netRegister(comm, conn);
 }
 
@@ -341,7 +353,7 @@ static commResult_t netRecvConnect(struct commComm* comm, commConn* conn, const 
   p->listenComm = NULL;
   commResult_t res = p->net->regMr(p->recvComm, conn->slots, (size_t)conn->nSlots * conn->slotBytes,
                                    COMM_PTR_HOST, &p->mhandle);
-  if (res != commSuccess) return netFail(conn, res);
+  if (res != commSuccess) return netSetupFail(conn, "regMr", res);
   return netRegister(comm, conn);
 }
 
@@ -415,10 +427,7 @@ static commResult_t netProgressRecv(commConn* conn, netPriv* p) {
 static commResult_t netProgress(struct commComm* comm, commConn* conn) {
   netPriv* p = (netPriv*)conn->priv;
   if (!p) return commInternalError;
-  if (netFailed(p)) {
-    WARN("net connection %s rank %d failed", conn->isSend ? "to" : "from", conn->peer);
-    return commRemoteError;
-  }
+  if (netFailed(p)) return commSuccess; /* reported by check() if a wait needs this connection */
   if (comm->net) __atomic_fetch_add(&comm->net->execCalls, 1, __ATOMIC_RELAXED);
   if (__atomic_exchange_n(&p->busy, 1, __ATOMIC_ACQUIRE)) return commSuccess; /* the other thread is on it */
   commResult_t res = commSuccess;
@@ -462,7 +471,8 @@ static commResult_t netCheck(struct commComm* comm, commConn* conn) {
   (void)comm;
   netPriv* p = (netPriv*)conn->priv;
   if (p && netFailed(p)) {
-    WARN("net connection %s rank %d failed", conn->isSend ? "to" : "from", conn->peer);
+    WARN("net connection %s rank %d failed: the peer closed the connection or the network failed",
+         conn->isSend ? "to" : "from", conn->peer);
     return commRemoteError;
   }
   return commSuccess;
