@@ -31,6 +31,8 @@ comm_it_test(mp_colls.np8 COMMAND mp_colls -w 200 -np 8 LABELS "mp;heavy" SERIAL
 # Ranks as threads of one process; and one thread driving 4 communicators from commInitAll in groups.
 comm_it_test(mp_colls.threads4 COMMAND mp_colls -w 200 -np 4 -t LABELS mp)
 comm_it_test(mp_colls.group4 COMMAND mp_colls -w 200 -np 4 -g LABELS mp)
+# Non-blocking communicators: init and split return commInProgress and are polled.
+comm_it_test(mp_colls.nonblocking.np3 COMMAND mp_colls -w 200 -np 3 -nb LABELS mp)
 # The socket (NET) transport between processes of one host.
 comm_it_test(mp_colls.socket.np2 COMMAND mp_colls -w 200 -np 2 ENV "COMM_SHM_DISABLE=1" LABELS mp)
 comm_it_test(mp_colls.socket.np3 COMMAND mp_colls -w 200 -np 3 ENV "COMM_SHM_DISABLE=1" LABELS mp)

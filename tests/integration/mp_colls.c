@@ -8,6 +8,8 @@
  *   COMM_RANK=r COMM_NRANKS=n mp_colls
  *                         this process is rank r of n; the id comes from COMM_ROOT (launchers, two hosts)
  * Options: -q  quick: fewer types and large counts (for many ranks on few cores)
+ *          -nb non-blocking communicators (config.blocking = 0): init and split return commInProgress
+ *              and are polled with commGetAsyncError
  *          -w S  watchdog: give up (and kill the ranks) after S seconds (default 290)
  *          -v  print every case
  * Exit status 0 when every check passed. Uses the public API only.
@@ -15,6 +17,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -43,6 +46,7 @@ typedef struct {
   int root;
   size_t count;
   int inplace;
+  int salt; /* varies the data of otherwise identical cases (several in one batch) */
 } tcase;
 
 #define GUARD 64
@@ -50,18 +54,24 @@ typedef struct {
 #define SENTINEL_BYTE 0x5A
 #define MAX_PRINT 8
 
+/* State of one case on one rank: its buffers and op. */
 typedef struct {
-  comm_t comm;
-  int rank;
-  long cases, checks, fails;
-  int printed;
-  /* state of the current case */
   unsigned char *aBlock, *bBlock; /* allocations, guard included */
   size_t aBytes, bBytes;
   void *send, *recv;
   size_t sendElems, recvElems;
   commRedOp_t op;
   size_t *scnt, *sdispl, *rcnt, *rdispl; /* all-pairs: elements to/from each peer */
+} caseState;
+
+#define MAX_BATCH 16
+
+typedef struct {
+  comm_t comm;
+  int rank;
+  long cases, checks, fails;
+  int printed;
+  caseState cs[MAX_BATCH]; /* one per case of the current batch */
 } rankst;
 
 static int N;           /* ranks */
@@ -135,7 +145,7 @@ static double genRaw(const tcase* c, int q, size_t j) {
   commDataType_t t = c->type;
   int sgn = itTypeIsSigned(t);
   uint64_t h = mix(((uint64_t)q << 40) ^ (uint64_t)j ^ ((uint64_t)c->coll << 56) ^ ((uint64_t)t << 50) ^
-                   ((uint64_t)c->op << 60));
+                   ((uint64_t)c->op << 60) ^ mix((uint64_t)c->salt + 1));
   switch (c->op) {
     case OP_COPY: {
       int centered;
@@ -216,82 +226,82 @@ static void checkGuards(rankst* rk, const tcase* c, unsigned char* block, size_t
   }
 }
 
-static void setup(rankst* rk, const tcase* c) {
+static void setup(rankst* rk, caseState* cs, const tcase* c) {
   int r = rk->rank;
   size_t es = itTypeSize(c->type), n = c->count;
-  rk->aBlock = rk->bBlock = NULL;
-  rk->send = rk->recv = NULL;
-  rk->op = commSum;
+  cs->aBlock = cs->bBlock = NULL;
+  cs->send = cs->recv = NULL;
+  cs->op = commSum;
   switch (c->coll) {
     case C_ALLREDUCE: case C_BROADCAST: case C_REDUCE: case C_SENDRECV:
-      rk->sendElems = rk->recvElems = n; break;
-    case C_ALLGATHER: rk->sendElems = n; rk->recvElems = (size_t)N * n; break;
-    case C_REDUCESCATTER: rk->sendElems = (size_t)N * n; rk->recvElems = n; break;
-    case C_ALLTOALL: rk->sendElems = rk->recvElems = (size_t)N * n; break;
+      cs->sendElems = cs->recvElems = n; break;
+    case C_ALLGATHER: cs->sendElems = n; cs->recvElems = (size_t)N * n; break;
+    case C_REDUCESCATTER: cs->sendElems = (size_t)N * n; cs->recvElems = n; break;
+    case C_ALLTOALL: cs->sendElems = cs->recvElems = (size_t)N * n; break;
     case C_ALLPAIRS: {
       size_t so = 0, ro = 0;
       for (int p = 0; p < N; p++) {
-        rk->scnt[p] = pairCount(c, r, p); rk->sdispl[p] = so; so += rk->scnt[p];
-        rk->rcnt[p] = pairCount(c, p, r); rk->rdispl[p] = ro; ro += rk->rcnt[p];
+        cs->scnt[p] = pairCount(c, r, p); cs->sdispl[p] = so; so += cs->scnt[p];
+        cs->rcnt[p] = pairCount(c, p, r); cs->rdispl[p] = ro; ro += cs->rcnt[p];
       }
-      rk->sendElems = so; rk->recvElems = ro;
+      cs->sendElems = so; cs->recvElems = ro;
       break;
     }
   }
   if (c->inplace) {
-    size_t total = (c->coll == C_ALLGATHER) ? rk->recvElems : rk->sendElems;
-    char* a = guardedAlloc(total * es, &rk->aBlock, &rk->aBytes);
+    size_t total = (c->coll == C_ALLGATHER) ? cs->recvElems : cs->sendElems;
+    char* a = guardedAlloc(total * es, &cs->aBlock, &cs->aBytes);
     memset(a, SENTINEL_BYTE, total * es);
     if (c->coll == C_ALLGATHER) {
-      rk->recv = a;
-      rk->send = a + (size_t)r * n * es;
+      cs->recv = a;
+      cs->send = a + (size_t)r * n * es;
     } else if (c->coll == C_REDUCESCATTER) {
-      rk->send = a;
-      rk->recv = a + (size_t)r * n * es;
+      cs->send = a;
+      cs->recv = a + (size_t)r * n * es;
     } else {
-      rk->send = rk->recv = a;
+      cs->send = cs->recv = a;
     }
     if (c->coll != C_BROADCAST || r == c->root)
-      for (size_t j = 0; j < rk->sendElems; j++) itPut(c->type, rk->send, j, genRaw(c, r, j));
+      for (size_t j = 0; j < cs->sendElems; j++) itPut(c->type, cs->send, j, genRaw(c, r, j));
   } else {
     if (c->coll != C_BROADCAST || r == c->root) {
-      rk->send = guardedAlloc(rk->sendElems * es, &rk->aBlock, &rk->aBytes);
-      for (size_t j = 0; j < rk->sendElems; j++) itPut(c->type, rk->send, j, genRaw(c, r, j));
+      cs->send = guardedAlloc(cs->sendElems * es, &cs->aBlock, &cs->aBytes);
+      for (size_t j = 0; j < cs->sendElems; j++) itPut(c->type, cs->send, j, genRaw(c, r, j));
     }
     if (c->coll != C_REDUCE || r == c->root) {
-      rk->recv = guardedAlloc(rk->recvElems * es, &rk->bBlock, &rk->bBytes);
-      memset(rk->recv, SENTINEL_BYTE, rk->recvElems * es);
+      cs->recv = guardedAlloc(cs->recvElems * es, &cs->bBlock, &cs->bBytes);
+      memset(cs->recv, SENTINEL_BYTE, cs->recvElems * es);
     }
   }
   if (c->op == OP_PREMUL) {
     unsigned char scalar[8];
     itPut(c->type, scalar, 0, c->scalar);
-    CALL(rk, commRedOpCreatePreMulSum(&rk->op, scalar, c->type, commScalarHostImmediate, rk->comm));
+    CALL(rk, commRedOpCreatePreMulSum(&cs->op, scalar, c->type, commScalarHostImmediate, rk->comm));
     memset(scalar, 0xff, sizeof(scalar)); /* host-immediate: read at creation, so this must not matter */
-    if ((int)rk->op < (int)commNumOps) failf(rk, "commRedOpCreatePreMulSum gave op %d < commNumOps", (int)rk->op);
+    if ((int)cs->op < (int)commNumOps) failf(rk, "commRedOpCreatePreMulSum gave op %d < commNumOps", (int)cs->op);
   } else if (c->op != OP_COPY) {
     static const commRedOp_t map[] = {commSum, commProd, commMax, commMin, commAvg};
-    rk->op = map[c->op];
+    cs->op = map[c->op];
   }
 }
 
-static commResult_t issue(rankst* rk, const tcase* c) {
+static commResult_t issue(rankst* rk, caseState* cs, const tcase* c) {
   commDataType_t t = c->type;
   size_t es = itTypeSize(t);
   comm_t comm = rk->comm;
   int r = rk->rank;
   switch (c->coll) {
-    case C_ALLREDUCE: return commAllReduce(rk->send, rk->recv, c->count, t, rk->op, comm, NULL);
-    case C_BROADCAST: return commBroadcast(rk->send, rk->recv, c->count, t, c->root, comm, NULL);
-    case C_REDUCE: return commReduce(rk->send, rk->recv, c->count, t, rk->op, c->root, comm, NULL);
-    case C_ALLGATHER: return commAllGather(rk->send, rk->recv, c->count, t, comm, NULL);
-    case C_REDUCESCATTER: return commReduceScatter(rk->send, rk->recv, c->count, t, rk->op, comm, NULL);
-    case C_ALLTOALL: return commAllToAll(rk->send, rk->recv, c->count, t, comm, NULL);
+    case C_ALLREDUCE: return commAllReduce(cs->send, cs->recv, c->count, t, cs->op, comm, NULL);
+    case C_BROADCAST: return commBroadcast(cs->send, cs->recv, c->count, t, c->root, comm, NULL);
+    case C_REDUCE: return commReduce(cs->send, cs->recv, c->count, t, cs->op, c->root, comm, NULL);
+    case C_ALLGATHER: return commAllGather(cs->send, cs->recv, c->count, t, comm, NULL);
+    case C_REDUCESCATTER: return commReduceScatter(cs->send, cs->recv, c->count, t, cs->op, comm, NULL);
+    case C_ALLTOALL: return commAllToAll(cs->send, cs->recv, c->count, t, comm, NULL);
     case C_SENDRECV: {
       commResult_t res = commGroupStart();
       if (res != commSuccess) return res;
-      res = commSend(rk->send, c->count, t, (r + 1) % N, comm, NULL);
-      if (res == commSuccess) res = commRecv(rk->recv, c->count, t, (r + N - 1) % N, comm, NULL);
+      res = commSend(cs->send, c->count, t, (r + 1) % N, comm, NULL);
+      if (res == commSuccess) res = commRecv(cs->recv, c->count, t, (r + N - 1) % N, comm, NULL);
       commResult_t end = commGroupEnd();
       return res != commSuccess ? res : end;
     }
@@ -300,8 +310,8 @@ static commResult_t issue(rankst* rk, const tcase* c) {
       if (res != commSuccess) return res;
       for (int k = 0; k < N && res == commSuccess; k++) {
         int p = (r + k) % N; /* every rank starts with a different peer */
-        res = commSend((char*)rk->send + rk->sdispl[p] * es, rk->scnt[p], t, p, comm, NULL);
-        if (res == commSuccess) res = commRecv((char*)rk->recv + rk->rdispl[p] * es, rk->rcnt[p], t, p, comm, NULL);
+        res = commSend((char*)cs->send + cs->sdispl[p] * es, cs->scnt[p], t, p, comm, NULL);
+        if (res == commSuccess) res = commRecv((char*)cs->recv + cs->rdispl[p] * es, cs->rcnt[p], t, p, comm, NULL);
       }
       commResult_t end = commGroupEnd();
       return res != commSuccess ? res : end;
@@ -324,7 +334,7 @@ static double tolerance(const tcase* c, double expect) {
   return fabs(expect) * eps; /* avg may be computed as a sum of x/N: allow one rounding */
 }
 
-static int expectAt(rankst* rk, const tcase* c, size_t i, double* out) {
+static int expectAt(rankst* rk, caseState* cs, const tcase* c, size_t i, double* out) {
   int r = rk->rank;
   size_t n = c->count;
   switch (c->coll) {
@@ -340,10 +350,10 @@ static int expectAt(rankst* rk, const tcase* c, size_t i, double* out) {
     case C_SENDRECV: *out = inVal(c, (r + N - 1) % N, i); return 1;
     case C_ALLPAIRS: {
       int q = 0;
-      while (q + 1 < N && rk->rdispl[q + 1] <= i) q++;
+      while (q + 1 < N && cs->rdispl[q + 1] <= i) q++;
       size_t off = 0; /* where q's data for r starts in q's send buffer */
       for (int p = 0; p < r; p++) off += pairCount(c, q, p);
-      *out = inVal(c, q, off + (i - rk->rdispl[q]));
+      *out = inVal(c, q, off + (i - cs->rdispl[q]));
       return 1;
     }
   }
@@ -356,24 +366,24 @@ static void describe(const tcase* c, char* buf, size_t len) {
            c->inplace ? "in-place" : "out-of-place");
 }
 
-static void checkCase(rankst* rk, const tcase* c) {
+static void checkCase(rankst* rk, caseState* cs, const tcase* c) {
   char what[160];
   describe(c, what, sizeof(what));
   rk->cases++;
-  if (rk->recv) {
-    for (size_t i = 0; i < rk->recvElems; i++) {
+  if (cs->recv) {
+    for (size_t i = 0; i < cs->recvElems; i++) {
       double expect;
-      if (!expectAt(rk, c, i, &expect)) continue;
-      double got = itGet(c->type, rk->recv, i);
+      if (!expectAt(rk, cs, c, i, &expect)) continue;
+      double got = itGet(c->type, cs->recv, i);
       rk->checks++;
       if (!(fabs(got - expect) <= tolerance(c, expect)))
         failf(rk, "%s: element %zu: got %.17g, expected %.17g", what, i, got, expect);
     }
   }
   /* Out of place, the input must be left as it was. */
-  if (!c->inplace && rk->send) {
-    for (size_t j = 0; j < rk->sendElems; j++) {
-      double expect = inVal(c, rk->rank, j), got = itGet(c->type, rk->send, j);
+  if (!c->inplace && cs->send) {
+    for (size_t j = 0; j < cs->sendElems; j++) {
+      double expect = inVal(c, rk->rank, j), got = itGet(c->type, cs->send, j);
       rk->checks++;
       if (got != expect) {
         failf(rk, "%s: send buffer element %zu changed: %.17g, was %.17g", what, j, got, expect);
@@ -381,40 +391,49 @@ static void checkCase(rankst* rk, const tcase* c) {
       }
     }
   }
-  checkGuards(rk, c, rk->aBlock, rk->aBytes, c->inplace ? "in-place" : "send");
-  checkGuards(rk, c, rk->bBlock, rk->bBytes, "recv");
+  checkGuards(rk, c, cs->aBlock, cs->aBytes, c->inplace ? "in-place" : "send");
+  checkGuards(rk, c, cs->bBlock, cs->bBytes, "recv");
 }
 
-static void teardown(rankst* rk, const tcase* c) {
-  if (c->op == OP_PREMUL) CALL(rk, commRedOpDestroy(rk->op, rk->comm));
-  free(rk->aBlock);
-  free(rk->bBlock);
-  rk->aBlock = rk->bBlock = NULL;
+static void teardown(rankst* rk, caseState* cs, const tcase* c) {
+  if (c->op == OP_PREMUL) CALL(rk, commRedOpDestroy(cs->op, rk->comm));
+  free(cs->aBlock);
+  free(cs->bBlock);
+  cs->aBlock = cs->bBlock = NULL;
 }
 
-/* One case on the m ranks this thread drives (m > 1: all issued inside one group). */
-static void runCase(rankst** rks, int m, const tcase* c) {
+/* A batch of k cases on the m ranks this thread drives: all issued inside one group when k > 1 or
+ * m > 1 (the library fuses them), then every result checked. */
+static void runBatch(rankst** rks, int m, const tcase* const* cs, int k) {
+  char what[200];
   if (verbose && rks[0]->rank == 0) {
-    char what[160];
-    describe(c, what, sizeof(what));
-    fprintf(stderr, "mp_colls: %s\n", what);
-  }
-  for (int k = 0; k < m; k++) setup(rks[k], c);
-  if (m > 1) CALL(rks[0], commGroupStart());
-  for (int k = 0; k < m; k++) {
-    commResult_t res = issue(rks[k], c);
-    if (res != commSuccess) {
-      char what[200];
-      describe(c, what, sizeof(what));
-      fatal(rks[k], what, res);
+    for (int j = 0; j < k; j++) {
+      describe(cs[j], what, sizeof(what));
+      fprintf(stderr, "mp_colls: %s%s\n", k > 1 ? "[batch] " : "", what);
     }
   }
-  if (m > 1) CALL(rks[0], commGroupEnd());
-  for (int k = 0; k < m; k++) {
-    checkCase(rks[k], c);
-    teardown(rks[k], c);
+  for (int r = 0; r < m; r++)
+    for (int j = 0; j < k; j++) setup(rks[r], &rks[r]->cs[j], cs[j]);
+  int grouped = m > 1 || k > 1;
+  if (grouped) CALL(rks[0], commGroupStart());
+  for (int r = 0; r < m; r++) {
+    for (int j = 0; j < k; j++) {
+      commResult_t res = issue(rks[r], &rks[r]->cs[j], cs[j]);
+      if (res != commSuccess) {
+        describe(cs[j], what, sizeof(what));
+        fatal(rks[r], what, res);
+      }
+    }
+  }
+  if (grouped) CALL(rks[0], commGroupEnd());
+  for (int r = 0; r < m; r++) {
+    for (int j = 0; j < k; j++) {
+      checkCase(rks[r], &rks[r]->cs[j], cs[j]);
+      teardown(rks[r], &rks[r]->cs[j], cs[j]);
+    }
   }
 }
+static void runCase(rankst** rks, int m, const tcase* c) { runBatch(rks, m, &c, 1); }
 
 /* ---------------------------------------------------------------------------------------------- */
 /* The list of cases: identical on every rank. */
@@ -426,7 +445,49 @@ static void add(int coll, commDataType_t t, int op, double scalar, int root, siz
     cases = realloc(cases, capcases * sizeof(*cases));
     if (!cases) exit(2);
   }
-  cases[ncases++] = (tcase){coll, t, op, scalar, root, count, inplace};
+  cases[ncases++] = (tcase){coll, t, op, scalar, root, count, inplace, 0};
+}
+
+/* Batches: several operations in one group, fused by the library; each must still be exact. */
+#define MAX_BATCHES 8
+static tcase batches[MAX_BATCHES][MAX_BATCH];
+static int batchLen[MAX_BATCHES], nbatches;
+static void batchAdd(int coll, commDataType_t t, int op, double scalar, int root, size_t count, int inplace) {
+  int b = nbatches - 1, j = batchLen[b]++;
+  batches[b][j] = (tcase){coll, t, op, scalar, root, count, inplace, 100 * (b + 1) + j};
+}
+
+static void buildBatches(void) {
+  /* every kind of operation, collectives and point-to-point, in one group */
+  nbatches++;
+  batchAdd(C_ALLREDUCE, commFloat32, OP_SUM, 0, 0, 1023, 0);
+  batchAdd(C_BROADCAST, commInt32, OP_COPY, 0, N - 1, 7, 0);
+  batchAdd(C_ALLGATHER, commBfloat16, OP_COPY, 0, 0, 100, 0);
+  batchAdd(C_REDUCESCATTER, commFloat64, OP_MAX, 0, 0, 33, 0);
+  batchAdd(C_REDUCE, commFloat16, OP_PROD, 0, 0, 64, 0);
+  batchAdd(C_ALLTOALL, commInt64, OP_COPY, 0, 0, 5, 0);
+  batchAdd(C_SENDRECV, commInt8, OP_COPY, 0, 0, 1000, 0);
+  batchAdd(C_ALLPAIRS, commUint32, OP_COPY, 0, 0, 77, 0);
+  /* in-place reductions of different types and ops, two pre-multiplied sums with different scalars */
+  nbatches++;
+  batchAdd(C_ALLREDUCE, commInt8, OP_SUM, 0, 0, 7, 1);
+  batchAdd(C_ALLREDUCE, commFloat32, OP_PREMUL, 2.0, 0, 1023, 1);
+  batchAdd(C_ALLREDUCE, commFloat64, OP_PREMUL, 0.5, 0, 100, 1);
+  batchAdd(C_ALLREDUCE, commUint64, OP_MAX, 0, 0, 4097, 1);
+  batchAdd(C_ALLREDUCE, commFloat8e4m3, OP_MIN, 0, 0, 1, 1);
+  batchAdd(C_ALLREDUCE, commBfloat16, OP_AVG, 0, 0, 300, 1);
+  batchAdd(C_REDUCESCATTER, commInt32, OP_PREMUL, 2.0, 0, 50, 1);
+  /* the same operation several times: results must not be swapped */
+  nbatches++;
+  for (int j = 0; j < 3; j++) batchAdd(C_ALLREDUCE, commFloat32, OP_SUM, 0, 0, 1023, 0);
+  for (int j = 0; j < 3; j++) batchAdd(C_BROADCAST, commFloat32, OP_COPY, 0, j % N, 1023, 0);
+  for (int j = 0; j < 2; j++) batchAdd(C_SENDRECV, commInt32, OP_COPY, 0, 0, 300, 0);
+  /* large ones together */
+  nbatches++;
+  batchAdd(C_ALLREDUCE, commFloat32, OP_SUM, 0, 0, 100003, 0);
+  batchAdd(C_REDUCESCATTER, commInt32, OP_SUM, 0, 0, 100003, 1);
+  batchAdd(C_ALLGATHER, commFloat16, OP_COPY, 0, 0, 100003, 1);
+  batchAdd(C_ALLPAIRS, commInt32, OP_COPY, 0, 0, 100003, 0);
 }
 
 static void buildCases(void) {
@@ -511,6 +572,32 @@ static void checkQueries(rankst* rk) {
   if (v != -1) failf(rk, "commCuDevice = %d, expected -1 (host-only communicator)", v);
 }
 
+/* Non-blocking communicators (-nb): init and split return commInProgress; poll until done (bounded). */
+static int nonblocking;
+static commResult_t waitInit(comm_t comm, commResult_t res) {
+  if (res != commInProgress) return res;
+  if (comm == NULL) return commInternalError;
+  double deadline = itNowSec() + 120;
+  commResult_t async = commInProgress;
+  while (itNowSec() < deadline) {
+    res = commGetAsyncError(comm, &async);
+    if (res != commSuccess) return res;
+    if (async != commInProgress) return async;
+    sched_yield();
+  }
+  fprintf(stderr, "mp_colls: non-blocking init still in progress after 120 s\n");
+  return commTimeout;
+}
+
+static commResult_t initRank(comm_t* comm, int nranks, commUniqueId id, int rank) {
+  if (!nonblocking) return commInitRank(comm, nranks, id, rank);
+  commConfig_t cfg = COMM_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  cfg.commName = "mp_colls-nb";
+  commResult_t res = commInitRankConfig(comm, nranks, id, rank, &cfg);
+  return waitInit(*comm, res);
+}
+
 /* commSplit and commFinalize talk to the other ranks before they return. With one thread driving every
  * rank (-g), they run inside commGroupStart/End when -G is given (NCCL allows that); otherwise each rank's
  * call runs on a helper thread, so the rest of -g still tests one thread driving all collectives. */
@@ -526,6 +613,8 @@ typedef struct {
 static void* blockingCallMain(void* p) {
   blockingCall* b = p;
   b->res = b->finalize ? commFinalize(b->comm) : commSplit(b->comm, b->color, b->key, b->out, NULL);
+  /* children of a non-blocking communicator are non-blocking too */
+  if (!b->finalize && b->res == commInProgress) b->res = waitInit(*b->out, b->res);
   return NULL;
 }
 static void runBlocking(blockingCall* calls, int m) {
@@ -664,18 +753,56 @@ static void testSplit(rankst** rks, int m) {
   destroyComms(rks, child, m);
 }
 
+/* A pre-multiplied sum whose scalar lives in memory the collective reads when it runs
+ * (commScalarDevice; on a host-only build that memory is host memory): changing the scalar after
+ * creating the op changes the result. */
+static void testRunTimeScalar(rankst** rks, int m) {
+  enum { CN = 16 };
+  float scalar[64], send[64][CN], recv[64][CN]; /* per thread: -t runs this on every rank thread */
+  commRedOp_t op[64];
+  for (int k = 0; k < m; k++) {
+    scalar[k] = 1.0f;
+    CALL(rks[k], commRedOpCreatePreMulSum(&op[k], &scalar[k], commFloat32, commScalarDevice, rks[k]->comm));
+    scalar[k] = 3.0f; /* read at run time: this is the scalar that counts */
+    for (int i = 0; i < CN; i++) { send[k][i] = (float)(rks[k]->rank + 1 + i); recv[k][i] = -1; }
+  }
+  if (m > 1) CALL(rks[0], commGroupStart());
+  for (int k = 0; k < m; k++)
+    CALL(rks[k], commAllReduce(send[k], recv[k], CN, commFloat32, op[k], rks[k]->comm, NULL));
+  if (m > 1) CALL(rks[0], commGroupEnd());
+  for (int k = 0; k < m; k++) {
+    for (int i = 0; i < CN; i++) {
+      float expect = 3.0f * (float)(N * (N + 1) / 2 + N * i);
+      rks[k]->checks++;
+      if (recv[k][i] != expect)
+        failf(rks[k], "premulsum with commScalarDevice: element %d = %g, expected %g (scalar read at run time)", i,
+              recv[k][i], expect);
+    }
+    CALL(rks[k], commRedOpDestroy(op[k], rks[k]->comm));
+  }
+}
+
 /* Everything one thread does for its m ranks. Returns the number of failures. */
 static long runRanks(rankst** rks, int m) {
   double t0 = itNowSec();
   for (int k = 0; k < m; k++) {
-    rks[k]->scnt = calloc((size_t)N * 4, sizeof(size_t));
-    if (!rks[k]->scnt) exit(2);
-    rks[k]->sdispl = rks[k]->scnt + N;
-    rks[k]->rcnt = rks[k]->scnt + 2 * N;
-    rks[k]->rdispl = rks[k]->scnt + 3 * N;
+    for (int j = 0; j < MAX_BATCH; j++) {
+      caseState* cs = &rks[k]->cs[j];
+      cs->scnt = calloc((size_t)N * 4, sizeof(size_t));
+      if (!cs->scnt) exit(2);
+      cs->sdispl = cs->scnt + N;
+      cs->rcnt = cs->scnt + 2 * N;
+      cs->rdispl = cs->scnt + 3 * N;
+    }
     checkQueries(rks[k]);
   }
   for (size_t i = 0; i < ncases; i++) runCase(rks, m, &cases[i]);
+  for (int b = 0; b < nbatches; b++) {
+    const tcase* list[MAX_BATCH];
+    for (int j = 0; j < batchLen[b]; j++) list[j] = &batches[b][j];
+    runBatch(rks, m, list, batchLen[b]);
+  }
+  testRunTimeScalar(rks, m);
   /* Marker for log readers (two_hosts.sh): connections logged after it belong to split children. */
   fprintf(stderr, "mp_colls: commSplit tests\n");
   testSplit(rks, m);
@@ -694,7 +821,7 @@ static long runRanks(rankst** rks, int m) {
     printf("mp_colls: rank %d/%d: %ld cases, %ld checks, %ld failures, %.2f s\n", rk->rank, N, rk->cases,
            rk->checks, rk->fails, itNowSec() - t0);
     fails += rk->fails;
-    free(rk->scnt);
+    for (int j = 0; j < MAX_BATCH; j++) free(rk->cs[j].scnt);
   }
   fflush(stdout);
   return fails;
@@ -719,7 +846,7 @@ typedef struct {
 static void* threadMain(void* a) {
   threadArg* ta = a;
   comm_t comm = NULL;
-  commResult_t res = commInitRank(&comm, N, ta->id, ta->rank);
+  commResult_t res = initRank(&comm, N, ta->id, ta->rank);
   if (res != commSuccess) {
     fprintf(stderr, "mp_colls: FAIL: rank %d: commInitRank returned %d (%s): %s\n", ta->rank, (int)res,
             commGetErrorString(res), commGetLastError(NULL));
@@ -730,7 +857,7 @@ static void* threadMain(void* a) {
 }
 
 static int usage(void) {
-  fprintf(stderr, "usage: mp_colls -np N [-t | -g | -G] [-q] [-v] [-w seconds]\n"
+  fprintf(stderr, "usage: mp_colls -np N [-t | -g | -G] [-nb] [-q] [-v] [-w seconds]\n"
                   "       COMM_RANK=r COMM_NRANKS=n [COMM_ROOT=host:port] mp_colls [-q] [-v]\n");
   return 2;
 }
@@ -744,6 +871,7 @@ int main(int argc, char** argv) {
     else if (!strcmp(argv[i], "-g")) group = 1;
     else if (!strcmp(argv[i], "-G")) group = strictGroup = 1;
     else if (!strcmp(argv[i], "-q")) quick = 1;
+    else if (!strcmp(argv[i], "-nb")) nonblocking = 1;
     else if (!strcmp(argv[i], "-v")) verbose = 1;
     else if (!strcmp(argv[i], "-w") && i + 1 < argc) watchdog = atoi(argv[++i]);
     else return usage();
@@ -769,10 +897,11 @@ int main(int argc, char** argv) {
     int rank = atoi(envRank);
     if (N < 1 || N > 4096 || rank < 0 || rank >= N) return usage();
     buildCases();
+    buildBatches();
     commUniqueId id;
     memset(&id, 0, sizeof(id));
     comm_t comm = NULL;
-    commResult_t res = commInitRank(&comm, N, id, rank);
+    commResult_t res = initRank(&comm, N, id, rank);
     if (res != commSuccess) {
       fprintf(stderr, "mp_colls: FAIL: rank %d: commInitRank (env launch) returned %d (%s): %s\n", rank,
               (int)res, commGetErrorString(res), commGetLastError(NULL));
@@ -784,6 +913,7 @@ int main(int argc, char** argv) {
   }
   if (N < 1 || N > 64 || (threads && group)) return usage();
   buildCases();
+  buildBatches();
   printf("mp_colls: %d ranks (%s), %zu cases per rank\n", N, group ? "one thread, groups" : threads ? "threads" : "processes", ncases);
 
   long fails = 0;
@@ -832,7 +962,7 @@ int main(int argc, char** argv) {
           prctl(PR_SET_PDEATHSIG, SIGKILL);
           if (getppid() != parent) _exit(3);
           comm_t comm = NULL;
-          commResult_t res = commInitRank(&comm, N, id, r);
+          commResult_t res = initRank(&comm, N, id, r);
           if (res != commSuccess) {
             fprintf(stderr, "mp_colls: FAIL: rank %d: commInitRank returned %d (%s): %s\n", r, (int)res,
                     commGetErrorString(res), commGetLastError(NULL));
