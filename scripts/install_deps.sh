@@ -1,25 +1,49 @@
 #!/usr/bin/env bash
-# Install what building and testing libcomm needs (Debian/Ubuntu). Idempotent: packages already present
-# are not touched, and apt is not run at all when everything is installed.
-#   --bench   also install the peers the benchmarks compare against (OpenMPI, Gloo)
+# Install what building and testing libcomm needs (Debian/Ubuntu). Idempotent: a dependency that is already
+# usable (found as a command, a pkg-config module or a header, whether apt installed it or not) is left
+# alone, and apt is not run at all when nothing is missing.
+#   (no option)  build + tests: build-essential cmake pkg-config libhwloc-dev libcmocka-dev iproute2
+#   --build      only what the library and the perf tools need (no cmocka, no iproute2)
+#   --bench      also the peers the benchmarks compare against (openmpi-bin libopenmpi-dev libgloo-dev)
 set -euo pipefail
 
-want=(build-essential cmake pkg-config libhwloc-dev libcmocka-dev iproute2)
+build=(build-essential cmake pkg-config libhwloc-dev)
+tests=(libcmocka-dev iproute2)
+bench=()
 for arg in "$@"; do
   case "$arg" in
-    --bench) want+=(openmpi-bin libopenmpi-dev libgloo-dev) ;;
-    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+    --build) tests=() ;;
+    --bench) bench=(openmpi-bin libopenmpi-dev libgloo-dev) ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
     *) echo "install_deps.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
+want=("${build[@]}" "${tests[@]}" "${bench[@]}")
+
+# Is the dependency usable? (A pip-installed cmake or a hand-built hwloc counts.)
+usable() {
+  case "$1" in
+    build-essential) command -v cc && command -v c++ && command -v make ;;
+    cmake) command -v cmake ;;
+    pkg-config) command -v pkg-config ;;
+    libhwloc-dev) command -v pkg-config && pkg-config --exists hwloc ;;
+    libcmocka-dev)
+      command -v cc && printf '#include <stdarg.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <setjmp.h>\n#include <cmocka.h>\n' |
+        cc -E -x c - ;;
+    iproute2) command -v ip ;;
+    openmpi-bin) command -v mpirun ;;
+    libopenmpi-dev) command -v mpicc ;;
+    libgloo-dev) command -v c++ && printf '#include <gloo/allreduce.h>\n' | c++ -std=c++17 -E -x c++ - ;;
+    *) [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == "install ok installed" ]] ;;
+  esac
+}
 
 missing=()
 for p in "${want[@]}"; do
-  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
-  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+  usable "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "install_deps.sh: all dependencies present"
+  echo "install_deps.sh: all dependencies present (${want[*]})"
   exit 0
 fi
 

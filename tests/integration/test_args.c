@@ -5,6 +5,7 @@
  * SPDX-License-Identifier: Apache-2.0 */
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -308,6 +309,66 @@ static void testDeadComm(void) {
   EXPECT2(NULL, commCount(c, &v), commInvalidArgument, commInvalidUsage, W_COMM);
 }
 
+/* Device pointers: only where a CUDA driver and a GPU exist (the driver is loaded at run time, so this
+ * test needs no CUDA at build time). A host-only communicator must refuse device memory with a WARN
+ * and leave it untouched. Returns 0 when skipped. */
+typedef int (*cuInitFn)(unsigned);
+typedef int (*cuDeviceGetFn)(int*, int);
+typedef int (*cuPrimaryCtxRetainFn)(void**, int);
+typedef int (*cuCtxSetCurrentFn)(void*);
+typedef int (*cuMemAllocFn)(unsigned long long*, size_t);
+typedef int (*cuMemFreeFn)(unsigned long long);
+typedef int (*cuMemsetD8Fn)(unsigned long long, unsigned char, size_t);
+typedef int (*cuMemcpyDtoHFn)(void*, unsigned long long, size_t);
+
+static int testDevicePointers(comm_t comm) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return 0;
+  cuInitFn init = (cuInitFn)dlsym(lib, "cuInit");
+  cuDeviceGetFn devGet = (cuDeviceGetFn)dlsym(lib, "cuDeviceGet");
+  cuPrimaryCtxRetainFn retain = (cuPrimaryCtxRetainFn)dlsym(lib, "cuDevicePrimaryCtxRetain");
+  cuCtxSetCurrentFn setCurrent = (cuCtxSetCurrentFn)dlsym(lib, "cuCtxSetCurrent");
+  cuMemAllocFn memAlloc = (cuMemAllocFn)dlsym(lib, "cuMemAlloc_v2");
+  cuMemFreeFn memFree = (cuMemFreeFn)dlsym(lib, "cuMemFree_v2");
+  cuMemsetD8Fn memset8 = (cuMemsetD8Fn)dlsym(lib, "cuMemsetD8_v2");
+  cuMemcpyDtoHFn dtoh = (cuMemcpyDtoHFn)dlsym(lib, "cuMemcpyDtoH_v2");
+  int dev = 0;
+  void* ctx = NULL;
+  unsigned long long dbuf = 0;
+  if (!init || !devGet || !retain || !setCurrent || !memAlloc || !memFree || !memset8 || !dtoh || init(0) != 0 ||
+      devGet(&dev, 0) != 0 || retain(&ctx, dev) != 0 || setCurrent(ctx) != 0 || memAlloc(&dbuf, BUF) != 0) {
+    dlclose(lib);
+    return 0;
+  }
+  void* d = (void*)(uintptr_t)dbuf;
+  int me = -1;
+  MUST(commUserRank(comm, &me));
+  const char* W_DEV = "device";
+#define DEVICE_CALL(call)                                                                  \
+  do {                                                                                     \
+    ASSERT_TRUE(memset8(dbuf, 0x77, BUF) == 0, "cuMemsetD8 failed");                       \
+    EXPECT2(comm, call, commInvalidUsage, commInvalidArgument, W_DEV);                     \
+    unsigned char back[BUF];                                                               \
+    memset(back, 0, sizeof(back));                                                         \
+    ASSERT_TRUE(dtoh(back, dbuf, BUF) == 0, "cuMemcpyDtoH failed");                        \
+    int same = 1;                                                                          \
+    for (int i = 0; i < BUF; i++) same &= back[i] == 0x77;                                 \
+    ASSERT_TRUE(same, "%s wrote to the device buffer it refused", #call);                  \
+  } while (0)
+  DEVICE_CALL(commAllReduce(sendbuf, d, 4, commInt32, commSum, comm, NULL));
+  DEVICE_CALL(commAllReduce(d, recvbuf, 4, commInt32, commSum, comm, NULL));
+  DEVICE_CALL(commBroadcast(d, recvbuf, 4, commInt32, me, comm, NULL));
+  DEVICE_CALL(commAllGather(sendbuf, d, 4, commInt8, comm, NULL));
+  DEVICE_CALL(commRecv(d, 4, commInt8, 0, comm, NULL));
+  DEVICE_CALL(commSend(d, 4, commInt8, 0, comm, NULL));
+  commRedOp_t op;
+  DEVICE_CALL(commRedOpCreatePreMulSum(&op, d, commFloat32, commScalarDevice, comm));
+#undef DEVICE_CALL
+  memFree(dbuf);
+  dlclose(lib);
+  return 1;
+}
+
 typedef struct {
   commUniqueId id;
   int rank;
@@ -332,8 +393,10 @@ int main(void) {
 
   comm_t one = NULL;
   MUST(commInitAll(&one, 1, NULL));
+  int deviceTested = 0;
   if (one) {
     testComm(one, 1);
+    deviceTested = testDevicePointers(one);
     testOneRankWorks(one);
     MUST(commFinalize(one));
     MUST(commDestroy(one));
@@ -364,7 +427,8 @@ int main(void) {
 
   testDeadComm();
 
-  printf("test_args: device-pointer checks skipped: host-only build (no CUDA at test time)\n");
+  if (deviceTested) printf("test_args: device pointers refused by the host-only communicator\n");
+  else printf("test_args: device-pointer checks skipped: no CUDA driver or GPU here\n");
   printf("test_args: %d checks, %d failures: %s\n", checks, failures, failures ? "FAIL" : "PASS");
   return failures ? 1 : 0;
 }
