@@ -4,7 +4,9 @@
 #   2. build-asan/: AddressSanitizer + UndefinedBehaviorSanitizer (-DCOMM_SANITIZE=ON), every test but
 #      those labelled "heavy" (8 ranks on one machine, the two-namespace run) to bound the time.
 # A failed build stops the script; failing tests are reported and the other pass still runs; the exit
-# status is non-zero if anything failed. Set COMM_TEST_SKIP_ASAN=1 to run only the first pass.
+# status is non-zero if anything failed. Set COMM_TEST_SKIP_ASAN=1 to run only the first pass, and
+# COMM_TEST_TSAN=1 to add a ThreadSanitizer pass (build-tsan/) over the tests labelled "threads" (ranks as
+# threads of one process: TSan does not follow the forked multi-process runs).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -31,6 +33,14 @@ cmake --build build-asan -j"$jobs"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
 (cd build-asan && ctest --output-on-failure -j"$ctest_jobs" -LE heavy) || failed+=("build-asan")
+
+if [[ "${COMM_TEST_TSAN:-0}" == "1" ]]; then
+  echo "=== test.sh: build-tsan (ThreadSanitizer, tests labelled threads) ==="
+  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOMM_WERROR=ON -DCOMM_TSAN=ON -DCOMM_BUILD_BENCH=OFF
+  cmake --build build-tsan -j"$jobs"
+  (cd build-tsan && TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:${TSAN_OPTIONS:-}" \
+    ctest --output-on-failure -j"$ctest_jobs" -L threads) || failed+=("build-tsan")
+fi
 if [[ ${#failed[@]} -ne 0 ]]; then
   echo "=== test.sh: FAILED in: ${failed[*]} ==="
   exit 1

@@ -1,6 +1,7 @@
 # Integration tests: programs that use the public API only (include/comm.h) and link libcomm.so.
 # Included by tests/CMakeLists.txt. Labels: "integration" on all; "mp" on the mp_colls runs; "heavy" on
-# runs that oversubscribe a small machine (scripts/test.sh leaves those out of the sanitizer pass).
+# runs that oversubscribe a small machine (scripts/test.sh leaves those out of the sanitizer pass);
+# "threads" on the runs whose ranks are threads of one process (the optional ThreadSanitizer pass).
 set(COMM_IT_DIR ${CMAKE_CURRENT_SOURCE_DIR}/integration)
 
 foreach(prog mp_colls test_args test_faults)
@@ -29,16 +30,17 @@ comm_it_test(mp_colls.np5 COMMAND mp_colls -w 200 -np 5 LABELS mp)
 # 8 ranks on a 2-core machine: nothing else running beside it.
 comm_it_test(mp_colls.np8 COMMAND mp_colls -w 200 -np 8 LABELS "mp;heavy" SERIAL)
 # Ranks as threads of one process; and one thread driving 4 communicators from commInitAll in groups.
-comm_it_test(mp_colls.threads4 COMMAND mp_colls -w 200 -np 4 -t LABELS mp)
+comm_it_test(mp_colls.threads4 COMMAND mp_colls -w 200 -np 4 -t LABELS "mp;threads")
 comm_it_test(mp_colls.group4 COMMAND mp_colls -w 200 -np 4 -g LABELS mp)
 # Non-blocking communicators: init and split return commInProgress and are polled.
 comm_it_test(mp_colls.nonblocking.np3 COMMAND mp_colls -w 200 -np 3 -nb LABELS mp)
 # The socket (NET) transport between processes of one host.
 comm_it_test(mp_colls.socket.np2 COMMAND mp_colls -w 200 -np 2 ENV "COMM_SHM_DISABLE=1" LABELS mp)
 comm_it_test(mp_colls.socket.np3 COMMAND mp_colls -w 200 -np 3 ENV "COMM_SHM_DISABLE=1" LABELS mp)
+comm_it_test(mp_colls.socket.threads2 COMMAND mp_colls -w 200 -np 2 -t ENV "COMM_SHM_DISABLE=1" LABELS "mp;threads")
 
 # Argument validation: errors, WARNs, buffers untouched.
-comm_it_test(test_args COMMAND test_args LABELS args)
+comm_it_test(test_args COMMAND test_args LABELS "args;threads")
 
 # Faults: a killed peer (shm and socket), commAbort from another thread, an init that times out.
 # Timing assertions: run alone.
