@@ -301,7 +301,12 @@ commResult_t commExecHostProgress(commPlan* plan, int* done) {
     }
     if (pr->stepIdx < cs->nSteps) allDone = 0;
   }
-  if (plan->progressed) plan->lastProgressNs = commTimeNs();
+  if (plan->progressed) {
+    plan->lastProgressNs = commTimeNs();
+    /* Push what this call just posted onto the network now: after the last step nobody else calls
+     * progress until the proxy thread's next round. */
+    if (comm->nNetConns > 0) COMMCHECK(commTransportProgress(comm));
+  }
   if (allDone) {
     plan->done = 1;
     *done = 1;
