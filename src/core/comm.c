@@ -14,6 +14,8 @@
 
 #define COMM_DEFAULT_TIMEOUT_MS 600000
 #define COMM_DEFAULT_BUFFSIZE (4 << 20)
+/* Below this, an allreduce is latency-bound: one exchange step per peer beats the ring's 2(n-1) hops. */
+#define COMM_DEFAULT_ONESHOT_MAX (16 << 10)
 /* Bootstrap tags used by the core (transports use small non-negative tags). */
 #define COMM_TAG_SPLIT 0x20000000 /* transports use 0x40000000 and up */
 
@@ -348,6 +350,8 @@ COMM_API commResult_t commInitRankConfig(comm_t* newcomm, int nranks, commUnique
   comm->nSlots = COMM_NSLOTS;
   comm->slotBytes = (size_t)buffSize / COMM_NSLOTS / 64 * 64;
   comm->shmDisable = (int)commParamInt("COMM_SHM_DISABLE", 0, 0, 1);
+  comm->oneShotMaxBytes =
+      (size_t)commParamSize("COMM_ALLREDUCE_ONESHOT_MAX", COMM_DEFAULT_ONESHOT_MAX, 0, 1LL << 30);
   if (rank == 0) {
     INFO(COMM_INIT, "libcomm version %d.%d.%d", COMM_MAJOR, COMM_MINOR, COMM_PATCH);
   }

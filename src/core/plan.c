@@ -66,8 +66,18 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
   /* A send-only step may carry half the FIFO, so that neighbours sending to each other never block. */
   args.chunkElems = (size_t)(comm->nSlots / 2) * (comm->slotBytes / plan->eltSize);
   for (int c = 0; c < args.nChannels; c++) args.ringRanks[c] = comm->channels[c].ringRanks;
-  if (t->func == commFuncAllToAll) COMMCHECKGOTO(commAllToAllBuild(&args, &plan->sched), res, fail);
-  else COMMCHECKGOTO(commRingBuild(&args, &plan->sched), res, fail);
+  const char* algo = "Ring";
+  if (t->func == commFuncAllToAll) {
+    algo = "Pairwise";
+    COMMCHECKGOTO(commAllToAllBuild(&args, &plan->sched), res, fail);
+  } else if (t->func == commFuncAllReduce && comm->nRanks > 1 && comm->nRanks <= COMM_ONESHOT_MAX_RANKS &&
+             t->count * plan->eltSize <= comm->oneShotMaxBytes) {
+    algo = "OneShot";
+    args.nChannels = 1;
+    COMMCHECKGOTO(commOneShotBuild(&args, &plan->sched), res, fail);
+  } else {
+    COMMCHECKGOTO(commRingBuild(&args, &plan->sched), res, fail);
+  }
   if (plan->sched.nBufs > COMM_BUF_USER0) {
     WARN("%s: schedule refers to %d buffers", commFuncName(t->func), plan->sched.nBufs);
     res = commInternalError;
@@ -77,7 +87,7 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
        "[nranks=%d] - algo %s proto Simple channels %d chunk %zu B",
        commFuncName(t->func), (unsigned long long)plan->opCount, t->sendbuff, t->recvbuff, t->count,
        commTypeName(t->dtype), isReductionFunc(t->func) ? commOpName(t->op) : "none", t->root, (void*)comm,
-       comm->nRanks, t->func == commFuncAllToAll ? "Pairwise" : "Ring", args.nChannels, comm->slotBytes);
+       comm->nRanks, algo, args.nChannels, comm->slotBytes);
   *out = plan;
   return commSuccess;
 fail:

@@ -105,6 +105,14 @@ static commResult_t stepProgress(commPlan* plan, int c, const commStep* st, comm
       plan->progressed = 1;
       *finished = 1;
       return commSuccess;
+    case COMM_PRIM_REDUCE: {
+      char* dst = bufPtr(plan, st->dst);
+      commReduceLocal(&plan->redop, dst, dst, bufPtr(plan, st->src), st->count, flags & COMM_STEP_PRE,
+                      flags & COMM_STEP_POST);
+      plan->progressed = 1;
+      *finished = 1;
+      return commSuccess;
+    }
     case COMM_PRIM_SEND:
     case COMM_PRIM_COPY_SEND: {
       if (sc == NULL && st->count > 0) return missingConn(plan, c, st->sendPeer, 1);
@@ -205,7 +213,7 @@ static commResult_t stepProgress(commPlan* plan, int c, const commStep* st, comm
           noteWait(plan, c, st->sendPeer, 1);
           break;
         }
-        memcpy(slot, bufPtr(plan, st->src) + pr->sendDone * elt, n * elt);
+        copyOp(plan, slot, bufPtr(plan, st->src) + pr->sendDone * elt, n, flags & COMM_STEP_PRE);
         sendPost(sc, n * elt);
         pr->sendDone += n;
         plan->progressed = 1;

@@ -16,6 +16,8 @@
 #define COMM_MAGIC_DEAD 0xdeadbeefdeadbeefull
 
 #define COMM_HOSTNAME_MAX 64
+/* One-shot allreduce sends (n-1) copies of the data from each rank: only for small communicators. */
+#define COMM_ONESHOT_MAX_RANKS 16
 
 /* What each rank tells the others at init. */
 typedef struct {
@@ -65,6 +67,7 @@ struct commComm {
   size_t slotBytes;    /* FIFO slot size of every connection */
   int nSlots;
   int shmDisable;
+  size_t oneShotMaxBytes; /* allreduce of at most this many bytes runs one-shot (0: never) */
 
   /* Channels and connections. */
   int nChannels;

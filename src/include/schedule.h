@@ -32,6 +32,7 @@ typedef enum {
   COMM_PRIM_COPY_SEND,             /* dst = src; send src */
   COMM_PRIM_COPY,                  /* dst = src (local) */
   COMM_PRIM_SEND_RECV,             /* send src[count] to sendPeer while receiving dst[recvCount] from recvPeer */
+  COMM_PRIM_REDUCE,                /* dst = dst op src (local; PRE applies to src) */
   COMM_NUM_PRIMS
 } commPrim_t;
 const char* commPrimName(commPrim_t p);
@@ -39,6 +40,7 @@ const char* commPrimName(commPrim_t p);
 /* Step flags */
 #define COMM_STEP_PRE 0x1  /* src is this rank's own contribution to a reduction: apply the op's pre-multiplier */
 #define COMM_STEP_POST 0x2 /* the value computed here is final: apply the op's post-operation (avg division) */
+/* SEND_RECV may carry PRE (its send side sends this rank's own contribution); never POST. */
 
 /* Buffers of a schedule: index into the plan's buffer table. */
 enum { COMM_BUF_INPUT = 0, COMM_BUF_OUTPUT = 1, COMM_BUF_SCRATCH = 2, COMM_BUF_USER0 = 3 };
@@ -107,6 +109,9 @@ commResult_t commRingBuild(const commCollArgs* args, commSchedule* out);
  * r+k (send) and r-k (recv). */
 commResult_t commAllToAllBuild(const commCollArgs* args, commSchedule* out);
 commResult_t commP2pBuild(int rank, int nRanks, const commP2pOp* ops, int nOps, commSchedule* out);
+/* algorithms/oneshot.c: small-message allreduce, every rank exchanges its input with every other rank and
+ * reduces locally in rank order (one channel). */
+commResult_t commOneShotBuild(const commCollArgs* args, commSchedule* out);
 
 typedef commResult_t (*commSchedBuilder_t)(const commCollArgs* args, commSchedule* out);
 

@@ -17,7 +17,7 @@ const char* commFuncName(commFunc_t f) {
 
 static const char* const primNames[COMM_NUM_PRIMS] = {
     "nop",           "send",           "recv",     "recvReduceSend",     "recvCopySend",
-    "recvReduceCopy", "recvReduceCopySend", "copySend", "copy", "sendRecv"};
+    "recvReduceCopy", "recvReduceCopySend", "copySend", "copy", "sendRecv", "reduce"};
 
 const char* commPrimName(commPrim_t p) {
   if ((int)p < 0 || p >= COMM_NUM_PRIMS) return "unknown";

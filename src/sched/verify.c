@@ -70,7 +70,7 @@ typedef struct {
   int* htab;
   uint64_t* hkeys;
   size_t hcap;
-  vlist tRead, tRed, tWrite, tCheck;
+  vlist tRead, tRed, tWrite, tCheck, tDst;
   uint64_t* tmpBits; /* nw */
   uint64_t* expBits; /* nw */
   size_t* bytesSent; /* per rank */
@@ -431,12 +431,12 @@ static int primHasRecv(int p) {
          p == COMM_PRIM_RECV_REDUCE_COPY || p == COMM_PRIM_RECV_REDUCE_COPY_SEND || p == COMM_PRIM_SEND_RECV;
 }
 static int primReadsSrc(int p) {
-  return p == COMM_PRIM_SEND || p == COMM_PRIM_RECV_REDUCE_SEND || p == COMM_PRIM_RECV_REDUCE_COPY ||
+  return p == COMM_PRIM_REDUCE || p == COMM_PRIM_SEND || p == COMM_PRIM_RECV_REDUCE_SEND || p == COMM_PRIM_RECV_REDUCE_COPY ||
          p == COMM_PRIM_RECV_REDUCE_COPY_SEND || p == COMM_PRIM_COPY_SEND || p == COMM_PRIM_COPY ||
          p == COMM_PRIM_SEND_RECV;
 }
 static int primWritesDst(int p) {
-  return p == COMM_PRIM_RECV || p == COMM_PRIM_RECV_COPY_SEND || p == COMM_PRIM_RECV_REDUCE_COPY ||
+  return p == COMM_PRIM_REDUCE || p == COMM_PRIM_RECV || p == COMM_PRIM_RECV_COPY_SEND || p == COMM_PRIM_RECV_REDUCE_COPY ||
          p == COMM_PRIM_RECV_REDUCE_COPY_SEND || p == COMM_PRIM_COPY_SEND || p == COMM_PRIM_COPY ||
          p == COMM_PRIM_SEND_RECV;
 }
@@ -465,7 +465,7 @@ static commResult_t enterStep(vctx* v, int r, int ch, vchan* c, const commStep* 
   if (p < 0 || p >= COMM_NUM_PRIMS) return verr(v, "unknown primitive %d", p);
   if (st->flags & ~(COMM_STEP_PRE | COMM_STEP_POST)) return verr(v, "unknown flags 0x%x", st->flags);
   if (st->flags && !v->isRed) return verr(v, "PRE/POST flags on a collective that needs none");
-  if (st->flags && p == COMM_PRIM_SEND_RECV) return verr(v, "PRE/POST flags on sendRecv");
+  if ((st->flags & COMM_STEP_POST) && p == COMM_PRIM_SEND_RECV) return verr(v, "POST flag on sendRecv");
   if ((st->flags & COMM_STEP_PRE) && !primReadsSrc(p)) return verr(v, "PRE on a step that reads no input");
   if (p == COMM_PRIM_NOP) return commSuccess;
   size_t sendCount = st->count;
@@ -545,6 +545,20 @@ static commResult_t advance(vctx* v, int r, int ch, int* progressed) {
         done = 1;
         break;
       }
+      case COMM_PRIM_REDUCE: {
+        if (st->count == 0) {
+          done = 1;
+          break;
+        }
+        COMMCHECK(vlRead(v, &R->bufs[st->dst.buf], st->dst.offset, st->dst.offset + st->count, &v->tDst));
+        COMMCHECK(vlRead(v, &R->bufs[st->src.buf], st->src.offset, st->src.offset + st->count, &v->tRead));
+        if (pre) COMMCHECK(applyPre(v, &v->tRead, r));
+        COMMCHECK(vlReduce(v, &v->tDst, &v->tRead, &v->tRed));
+        if (post) COMMCHECK(applyPost(v, &v->tRed));
+        COMMCHECK(vlWrite(v, &R->bufs[st->dst.buf], st->dst.offset, st->count, &v->tRed));
+        done = 1;
+        break;
+      }
       case COMM_PRIM_SEND:
       case COMM_PRIM_COPY_SEND: {
         while (c->sendDone < st->count && sc->len < v->nSlots) {
@@ -599,6 +613,7 @@ static commResult_t advance(vctx* v, int r, int ch, int* progressed) {
           if (n > v->piece) n = v->piece;
           size_t o = st->src.offset + c->sendDone;
           COMMCHECK(vlRead(v, &R->bufs[st->src.buf], o, o + n, &v->tRead));
+          if (pre) COMMCHECK(applyPre(v, &v->tRead, r));
           COMMCHECK(pushPiece(v, sc, &v->tRead, n));
           c->sendDone += n;
           *progressed = 1;
@@ -803,6 +818,7 @@ static void simFree(vctx* v) {
   free(v->hkeys);
   vlFree(&v->tRead);
   vlFree(&v->tRed);
+  vlFree(&v->tDst);
   vlFree(&v->tWrite);
   vlFree(&v->tCheck);
   free(v->tmpBits);

@@ -91,6 +91,37 @@ static void test_allgather(void** state) { (void)state; sweep(commFuncAllGather)
 static void test_reducescatter(void** state) { (void)state; sweep(commFuncReduceScatter); }
 static void test_alltoall(void** state) { (void)state; sweep(commFuncAllToAll); }
 
+/* One-shot allreduce: n = 1..64 (the executor uses it up to 16), small and odd counts, with and without
+ * PRE/POST; and a corrupted variant (a REDUCE step dropped) must fail. */
+static void test_oneshot(void** state) {
+  (void)state;
+  for (int n = 1; n <= MAXR; n++) {
+    size_t counts[4] = {0, 1, 7, (size_t)n * 3 + 1};
+    for (int ci = 0; ci < 4; ci++) {
+      for (int red = 0; red <= 1; red++) {
+        commCollArgs a;
+        setArgs(&a, commFuncAllReduce, n, counts[ci], 1, 0);
+        a.isReduction = red;
+        commResult_t res = commVerifyColl(&a, commOneShotBuild, FIFO, PIECE, NULL);
+        if (res != commSuccess) fail_msg("oneshot n=%d count=%zu: %s", n, counts[ci], commLogLastWarn());
+      }
+    }
+  }
+}
+
+static commResult_t oneShotDropLastReduce(const commCollArgs* a, commSchedule* out) {
+  commResult_t res = commOneShotBuild(a, out);
+  if (res == commSuccess && a->rank == 1 && out->nChannels > 0) out->channels[0].nSteps--;
+  return res;
+}
+
+static void test_oneshot_corrupted(void** state) {
+  (void)state;
+  commCollArgs a;
+  setArgs(&a, commFuncAllReduce, 4, 100, 1, 0);
+  assert_int_equal(commVerifyColl(&a, oneShotDropLastReduce, FIFO, PIECE, NULL), commInternalError);
+}
+
 /* Non-reduction ops (isReduction 0) carry no flags and still verify. */
 static void test_no_prepost(void** state) {
   (void)state;
@@ -508,7 +539,8 @@ int main(void) {
       cmocka_unit_test(test_p2p_negative),  cmocka_unit_test(test_allreduce),
       cmocka_unit_test(test_broadcast),     cmocka_unit_test(test_reduce),
       cmocka_unit_test(test_allgather),     cmocka_unit_test(test_reducescatter),
-      cmocka_unit_test(test_alltoall),
+      cmocka_unit_test(test_alltoall),      cmocka_unit_test(test_oneshot),
+      cmocka_unit_test(test_oneshot_corrupted),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
