@@ -936,8 +936,8 @@ int main(int argc, char** argv) {
     fails = runRanks(rks, N);
   } else {
     commUniqueId id;
-    CALL(NULL, commGetUniqueId(&id));
     if (threads) {
+      CALL(NULL, commGetUniqueId(&id));
       pthread_t th[64];
       threadArg ta[64];
       for (int r = 0; r < N; r++) {
@@ -951,16 +951,32 @@ int main(int argc, char** argv) {
         fails += ta[r].fails;
       }
     } else {
+      /* Fork the ranks first, then make the id and hand it to them through pipes: the parent has no
+       * thread of libcomm running while it forks (a fork beside running threads can leave a lock of
+       * ASan's allocator held forever in the child). */
       pid_t parent = getpid();
       children = calloc((size_t)N, sizeof(pid_t));
+      int* idPipe = calloc((size_t)N, sizeof(int));
+      if (!children || !idPipe) return 2;
       fflush(NULL);
       for (int r = 0; r < N; r++) {
+        int fds[2];
+        if (pipe(fds) != 0) { perror("pipe"); onAlarm(0); }
         pid_t pid = fork();
         if (pid < 0) { perror("fork"); onAlarm(0); }
         if (pid == 0) {
           nchildren = 0; /* the watchdog of a rank kills nobody else */
           prctl(PR_SET_PDEATHSIG, SIGKILL);
           if (getppid() != parent) _exit(3);
+          close(fds[1]);
+          size_t got = 0;
+          while (got < sizeof(id)) {
+            ssize_t n = read(fds[0], (char*)&id + got, sizeof(id) - got);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) _exit(3); /* the parent is gone */
+            got += (size_t)n;
+          }
+          close(fds[0]);
           comm_t comm = NULL;
           commResult_t res = initRank(&comm, N, id, r);
           if (res != commSuccess) {
@@ -973,7 +989,15 @@ int main(int argc, char** argv) {
           _exit(f ? 1 : 0);
         }
         children[nchildren++] = pid;
+        close(fds[0]);
+        idPipe[r] = fds[1];
       }
+      CALL(NULL, commGetUniqueId(&id));
+      for (int r = 0; r < N; r++) {
+        if (write(idPipe[r], &id, sizeof(id)) != (ssize_t)sizeof(id)) { perror("write"); onAlarm(0); }
+        close(idPipe[r]);
+      }
+      free(idPipe);
       int left = N;
       while (left > 0) {
         int status;

@@ -124,27 +124,41 @@ static void testKilledPeer(int shmDisable) {
          KP_RANKS, KP_VICTIM, KP_TIMEOUT_MS);
   setenv("COMM_TIMEOUT_MS", "5000", 1);
   setenv("COMM_SHM_DISABLE", shmDisable ? "1" : "0", 1);
-  commUniqueId id;
-  commResult_t res = commGetUniqueId(&id);
-  CHECK(res == commSuccess, "%s: commGetUniqueId returned %d", label, (int)res);
-  if (res != commSuccess) return;
-  int fds[2];
+  int fds[2], idPipe[KP_RANKS];
   if (pipe(fds) != 0) { perror("pipe"); exit(2); }
   pid_t parent = getpid(), rankPid[KP_RANKS];
   fflush(NULL);
+  /* Fork first, then make the id and pass it down a pipe: no libcomm thread runs in the parent while it
+   * forks (a fork beside running threads can leave an ASan allocator lock held in the child). */
   for (int r = 0; r < KP_RANKS; r++) {
+    int idFds[2];
+    if (pipe(idFds) != 0) { perror("pipe"); exit(2); }
     pid_t p = fork();
     if (p < 0) { perror("fork"); exit(2); }
     if (p == 0) {
       close(fds[0]);
+      close(idFds[1]);
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(3);
+      commUniqueId id;
+      if (readFull(idFds[0], &id, sizeof(id)) != 0) _exit(3);
+      close(idFds[0]);
       kpRank(r, id, fds[1]);
     }
+    close(idFds[0]);
+    idPipe[r] = idFds[1];
     rankPid[r] = p;
     trackPid(p);
   }
   close(fds[1]);
+  commUniqueId id;
+  commResult_t res = commGetUniqueId(&id);
+  CHECK(res == commSuccess, "%s: commGetUniqueId returned %d", label, (int)res);
+  for (int r = 0; r < KP_RANKS; r++) {
+    /* on failure the ranks read end-of-file and leave */
+    if (res == commSuccess && write(idPipe[r], &id, sizeof(id)) != (ssize_t)sizeof(id)) perror("write");
+    close(idPipe[r]);
+  }
 
   int ready = 0, setupFailed = 0;
   kpReport rep;
@@ -363,11 +377,12 @@ int main(void) {
   unsetenv("COMM_NRANKS");
   unsetenv("COMM_ROOT");
 
-  testKilledPeer(0);
-  testKilledPeer(1);
+  /* The parts that fork run while this process has no libcomm thread yet. */
   inChild(testAbort);
   inChild(initTimeoutEnv);
   inChild(initTimeoutConfig);
+  testKilledPeer(0);
+  testKilledPeer(1);
 
   printf("test_faults: %d checks, %d failures: %s\n", checks, failures, failures ? "FAIL" : "PASS");
   return failures ? 1 : 0;
