@@ -36,6 +36,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# Namespaces of earlier runs of this script that were killed before their trap ran (e.g. a ctest timeout
+# sends SIGKILL): their names end with the pid of a script that no longer exists.
+for ns in $(ip netns list 2>/dev/null | grep -oE '^lc-h[01]-[0-9]+'); do
+  kill -0 "${ns##*-}" 2>/dev/null || ip netns del "$ns" 2>/dev/null
+done
+
 ip netns add "$NS0" 2>/dev/null || skip "cannot create a network namespace (no CAP_SYS_ADMIN?)"
 ip netns add "$NS1" || fail "cannot create the second namespace"
 ip -n "$NS0" link add "$IF0" type veth peer name "$IF1" netns "$NS1" || fail "cannot create the veth pair"
