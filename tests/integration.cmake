@@ -49,3 +49,7 @@ comm_it_test(test_faults COMMAND test_faults LABELS faults SERIAL)
 # Two hosts: two network namespaces joined by a veth pair, 2 ranks in each (needs root; else skipped).
 comm_it_test(two_hosts COMMAND ${COMM_IT_DIR}/two_hosts.sh $<TARGET_FILE:mp_colls> LABELS "twohost;heavy" SERIAL)
 set_tests_properties(integration.two_hosts PROPERTIES SKIP_RETURN_CODE 77)
+
+# Launcher-style start on this host (COMM_ROOT, COMM_RANK, COMM_NRANKS, zero id), and a rank with the
+# wrong COMM_ROOT_SECRET turned away.
+comm_it_test(env_launch COMMAND ${COMM_IT_DIR}/env_launch.sh $<TARGET_FILE:mp_colls> LABELS mp)
