@@ -38,6 +38,12 @@ comm_it_test(mp_colls.nonblocking.np3 COMMAND mp_colls -w 200 -np 3 -nb LABELS m
 comm_it_test(mp_colls.socket.np2 COMMAND mp_colls -w 200 -np 2 ENV "COMM_SHM_DISABLE=1" LABELS mp)
 comm_it_test(mp_colls.socket.np3 COMMAND mp_colls -w 200 -np 3 ENV "COMM_SHM_DISABLE=1" LABELS mp)
 comm_it_test(mp_colls.socket.threads2 COMMAND mp_colls -w 200 -np 2 -t ENV "COMM_SHM_DISABLE=1" LABELS "mp;threads")
+# Small FIFOs (8 KiB slots: every large case is many chunks) and more channels; on shm and on sockets
+# with every message on the data sockets (no inline path).
+comm_it_test(mp_colls.smallbuf.np3 COMMAND mp_colls -w 200 -np 3
+  ENV "COMM_BUFFSIZE=65536;COMM_NCHANNELS=4" LABELS mp)
+comm_it_test(mp_colls.socket.smallbuf.np3 COMMAND mp_colls -w 200 -np 3
+  ENV "COMM_BUFFSIZE=65536;COMM_NCHANNELS=3;COMM_SHM_DISABLE=1;COMM_SOCKET_INLINE=0" LABELS mp)
 
 # Argument validation: errors, WARNs, buffers untouched.
 comm_it_test(test_args COMMAND test_args LABELS "args;threads")
