@@ -158,7 +158,10 @@ commResult_t commSend(const void* sendbuff, size_t count, commDataType_t datatyp
 commResult_t commRecv(void* recvbuff, size_t count, commDataType_t datatype, int peer, comm_t comm,
                       commStream_t stream);
 
-/* Groups: calls between Start and End are collected and run together at the outermost End. */
+/* Groups: calls between Start and End are collected and run together at the outermost End. Inside a group,
+ * commInitRank(Config), commSplit and commFinalize are deferred too: at the outermost commGroupEnd they run
+ * together (init and split before the group's collectives, finalize after), so one thread can set up
+ * several communicators whose ranks wait on each other; *newcomm is written at commGroupEnd. */
 commResult_t commGroupStart(void);
 commResult_t commGroupEnd(void);
 

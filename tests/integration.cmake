@@ -4,7 +4,7 @@
 # "threads" on the runs whose ranks are threads of one process (the optional ThreadSanitizer pass).
 set(COMM_IT_DIR ${CMAKE_CURRENT_SOURCE_DIR}/integration)
 
-foreach(prog mp_colls test_args test_faults)
+foreach(prog mp_colls test_args test_faults test_group_init)
   add_executable(${prog} ${COMM_IT_DIR}/${prog}.c)
   target_include_directories(${prog} PRIVATE ${COMM_IT_DIR})
   target_link_libraries(${prog} PRIVATE comm Threads::Threads m)
@@ -21,6 +21,10 @@ function(comm_it_test name)
     set_tests_properties(integration.${name} PROPERTIES RUN_SERIAL TRUE)
   endif()
 endfunction()
+
+# One thread initialises, splits and finalizes several communicators inside groups.
+comm_it_test(test_group_init COMMAND test_group_init LABELS threads)
+comm_it_test(mp_colls.groupsplit4 COMMAND mp_colls -w 200 -np 4 -G LABELS "mp;threads")
 
 # Every collective, type, op, root, count, in- and out-of-place, on forked ranks (shm between them).
 comm_it_test(mp_colls.np2 COMMAND mp_colls -w 200 -np 2 LABELS mp)

@@ -227,6 +227,17 @@ static commResult_t netRegister(struct commComm* comm, commConn* conn) {
   return commSuccess;
 }
 
+/* Free the (by now empty) list of network connections, under the lock the proxy thread reads it with. */
+void commNetReleaseConnList(struct commComm* comm) {
+  struct commNetState* st = comm->net;
+  if (st) pthread_mutex_lock(&st->listLock);
+  free(comm->netConns);
+  comm->netConns = NULL;
+  comm->nNetConns = 0;
+  comm->netConnsCap = 0;
+  if (st) pthread_mutex_unlock(&st->listLock);
+}
+
 static void netUnregister(struct commComm* comm, commConn* conn) {
   struct commNetState* st = comm->net;
   if (st) pthread_mutex_lock(&st->listLock);

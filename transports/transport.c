@@ -280,9 +280,6 @@ commResult_t commTransportCloseAll(struct commComm* comm) {
       if (ch->recv) connDestroy(comm, &ch->recv[p]);
     }
   }
-  free(comm->netConns);
-  comm->netConns = NULL;
-  comm->nNetConns = 0;
-  comm->netConnsCap = 0;
+  commNetReleaseConnList(comm);
   return commSuccess;
 }

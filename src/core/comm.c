@@ -307,9 +307,53 @@ static commResult_t checkConfig(const commConfig_t* config) {
 /* A config field is readable if the caller's struct is large enough to hold it. */
 #define CONFIG_HAS(cfg, field) ((cfg) != NULL && (cfg)->size >= offsetof(commConfig_t, field) + sizeof((cfg)->field))
 
+/* Deferred calls (inside a group): the arguments, copied. */
+typedef struct {
+  comm_t* newcomm;
+  int nranks, rank;
+  commUniqueId id;
+  comm_t parent;
+  int color, key;
+  int hasConfig;
+  commConfig_t config;
+} deferredCall;
+
+static commResult_t deferCall(const deferredCall* call, commGroupJobFn run, int phase) {
+  deferredCall* a = NULL;
+  COMMCHECK(commCalloc(&a, 1, sizeof(*a)));
+  *a = *call;
+  commResult_t res = commGroupDefer(run, a, phase);
+  if (res != commSuccess) free(a);
+  return res;
+}
+
+static void copyConfig(deferredCall* call, const commConfig_t* config) {
+  call->hasConfig = config != NULL;
+  if (config == NULL) return;
+  size_t n = config->size < sizeof(commConfig_t) ? config->size : sizeof(commConfig_t);
+  commConfig_t c = COMM_CONFIG_INITIALIZER;
+  memcpy(&c, config, n);
+  call->config = c;
+}
+
+static commResult_t deferredInit(void* p) {
+  deferredCall* a = (deferredCall*)p;
+  commResult_t res = commInitRankConfig(a->newcomm, a->nranks, a->id, a->rank, a->hasConfig ? &a->config : NULL);
+  free(a);
+  return res;
+}
+
 COMM_API commResult_t commInitRankConfig(comm_t* newcomm, int nranks, commUniqueId commId, int rank,
                                          commConfig_t* config) {
   commLogClearLastWarn();
+  if (commGroupDepth() > 0 && newcomm != NULL) {
+    /* Ranks of one thread initialise together at commGroupEnd (*newcomm is set then). */
+    *newcomm = NULL;
+    COMMCHECK(checkConfig(config));
+    deferredCall call = {newcomm, nranks, rank, commId, NULL, 0, 0, 0, COMM_CONFIG_INITIALIZER};
+    copyConfig(&call, config);
+    return deferCall(&call, deferredInit, 0);
+  }
   commLogSetRank(rank);
   commResult_t res = commSuccess;
   struct commComm* comm = NULL;
@@ -482,7 +526,27 @@ static int splitCompare(const void* a, const void* b) {
   return x->rank < y->rank ? -1 : x->rank > y->rank;
 }
 
+static commResult_t deferredSplit(void* p) {
+  deferredCall* a = (deferredCall*)p;
+  commResult_t res = commSplit(a->parent, a->color, a->key, a->newcomm, a->hasConfig ? &a->config : NULL);
+  free(a);
+  return res;
+}
+
 COMM_API commResult_t commSplit(comm_t comm, int color, int key, comm_t* newcomm, commConfig_t* config) {
+  if (commGroupDepth() > 0 && newcomm != NULL) {
+    /* All splits of this thread's group run together at commGroupEnd (*newcomm is set then). */
+    COMMCHECK(commApiEnter(comm, "commSplit"));
+    commResult_t res = checkConfig(config);
+    *newcomm = NULL;
+    if (res == commSuccess) {
+      deferredCall call = {newcomm, 0, 0, {{0}}, comm, color, key, 0, COMM_CONFIG_INITIALIZER};
+      copyConfig(&call, config);
+      res = deferCall(&call, deferredSplit, 0);
+    }
+    commApiLeave(comm);
+    return res;
+  }
   COMMCHECK(commApiEnter(comm, "commSplit"));
   commResult_t res = commSuccess;
   splitInfo* all = NULL;
@@ -548,9 +612,21 @@ static void joinInitThread(struct commComm* comm) {
   }
 }
 
+static commResult_t deferredFinalize(void* p) {
+  deferredCall* a = (deferredCall*)p;
+  commResult_t res = commFinalize(a->parent);
+  free(a);
+  return res;
+}
+
 COMM_API commResult_t commFinalize(comm_t comm) {
   commLogClearLastWarn();
   COMMCHECK(commCheckComm(comm, "commFinalize"));
+  if (commGroupDepth() > 0) {
+    /* Finalizes of this thread's group run together after its collectives, at commGroupEnd. */
+    deferredCall call = {NULL, 0, 0, {{0}}, comm, 0, 0, 0, COMM_CONFIG_INITIALIZER};
+    return deferCall(&call, deferredFinalize, 1);
+  }
   if (__atomic_load_n(&comm->initState, __ATOMIC_ACQUIRE) == COMM_INIT_RUNNING) {
     WARN("commFinalize: initialisation still in progress");
     return noteFailure(comm, commInvalidUsage);

@@ -1,6 +1,7 @@
 /* Groups: calls between commGroupStart and the outermost commGroupEnd are collected per thread and run
  * together, so one thread can drive several communicators (and a rank's sends and receives progress
  * together). Outside a group, a call is a group of one. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +12,59 @@
 static __thread int groupDepth;
 static __thread commTask* groupHead;
 static __thread commTask* groupTail;
+
+typedef struct commGroupJob {
+  commGroupJobFn run;
+  void* arg;
+  int phase;
+  commResult_t res;
+  pthread_t thread;
+  struct commGroupJob* next;
+} commGroupJob;
+static __thread commGroupJob* groupJobs;
+
+commResult_t commGroupDefer(commGroupJobFn run, void* arg, int phase) {
+  commGroupJob* job = NULL;
+  COMMCHECK(commCalloc(&job, 1, sizeof(*job)));
+  job->run = run;
+  job->arg = arg;
+  job->phase = phase;
+  /* Keep call order (append). */
+  commGroupJob** tail = &groupJobs;
+  while (*tail) tail = &(*tail)->next;
+  *tail = job;
+  return commSuccess;
+}
+
+static void* jobThread(void* p) {
+  commGroupJob* job = (commGroupJob*)p;
+  job->res = job->run(job->arg);
+  return NULL;
+}
+
+/* Run every job of `phase` concurrently, wait for all; the first error wins. */
+static commResult_t runJobs(commGroupJob* jobs, int phase) {
+  commResult_t res = commSuccess;
+  int started = 0;
+  for (commGroupJob* j = jobs; j; j = j->next) {
+    if (j->phase != phase) continue;
+    if (pthread_create(&j->thread, NULL, jobThread, j) != 0) {
+      /* No thread: run it here (it may then wait on a peer deferred after it, bounded by its timeout). */
+      WARN("commGroupEnd: could not start a thread for a deferred call; running it inline");
+      j->res = j->run(j->arg);
+      j->thread = 0;
+    } else {
+      started++;
+    }
+  }
+  for (commGroupJob* j = jobs; j; j = j->next) {
+    if (j->phase != phase) continue;
+    if (j->thread) pthread_join(j->thread, NULL);
+    if (j->res != commSuccess && j->res != commInProgress && res == commSuccess) res = j->res;
+  }
+  (void)started;
+  return res;
+}
 
 int commGroupDepth(void) { return groupDepth; }
 
@@ -54,10 +108,22 @@ COMM_API commResult_t commGroupEnd(void) {
   }
   if (--groupDepth > 0) return commSuccess;
   commTask* tasks = groupHead;
+  commGroupJob* jobs = groupJobs;
   groupHead = groupTail = NULL;
-  if (tasks == NULL) return commSuccess;
-  commResult_t res = runTasks(tasks);
-  freeTasks(tasks);
+  groupJobs = NULL;
+  commResult_t res = runJobs(jobs, 0);
+  if (tasks != NULL) {
+    commResult_t r = res == commSuccess ? runTasks(tasks) : commSuccess;
+    if (res == commSuccess) res = r;
+    freeTasks(tasks);
+  }
+  commResult_t r = runJobs(jobs, 1);
+  if (res == commSuccess) res = r;
+  while (jobs) {
+    commGroupJob* next = jobs->next;
+    free(jobs);
+    jobs = next;
+  }
   return res;
 }
 

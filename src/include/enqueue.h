@@ -25,6 +25,13 @@ commResult_t commEnqueue(const commTask* task);
 /* Depth of the calling thread's group nesting. */
 int commGroupDepth(void);
 
+/* A blocking call made inside a group (init, split, finalize) is deferred: at the outermost commGroupEnd
+ * every deferred call runs in a thread of its own, all at once, so one thread can set up or tear down
+ * several communicators whose ranks wait on each other. `run` owns and frees `arg`. Phase 0 runs before the
+ * group's collectives, phase 1 after them. */
+typedef commResult_t (*commGroupJobFn)(void* arg);
+commResult_t commGroupDefer(commGroupJobFn run, void* arg, int phase);
+
 /* src/core/plan.c: turn each communicator's tasks into plans (collectives in order, then one batch of
  * point-to-point operations) and establish the connections they need. lists[c] holds comms[c]'s tasks;
  * plans[c] gets an array of nPlans[c] plans. */

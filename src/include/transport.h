@@ -82,6 +82,8 @@ commResult_t commTransportCloseAll(struct commComm* comm);
 struct commNetState;
 commResult_t commNetInit(struct commComm* comm);
 commResult_t commNetFinalize(struct commComm* comm);
+/* Free comm->netConns under the net proxy's lock (after every connection was closed). */
+void commNetReleaseConnList(struct commComm* comm);
 /* Name of the network plugin comm uses ("Socket", ...), for log lines. */
 const char* commNetName(const struct commComm* comm);
 /* transports/net_socket.c: the built-in TCP network plugin. */
