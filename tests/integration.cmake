@@ -40,6 +40,8 @@ comm_it_test(mp_colls.group4 COMMAND mp_colls -w 200 -np 4 -g LABELS mp)
 comm_it_test(mp_colls.nonblocking.np3 COMMAND mp_colls -w 200 -np 3 -nb LABELS mp)
 # The socket (NET) transport between processes of one host.
 comm_it_test(mp_colls.socket.np2 COMMAND mp_colls -w 200 -np 2 ENV "COMM_SHM_DISABLE=1" LABELS mp)
+# Helper threads carry messages from 64 KiB (the default on machines of 8 cores and more).
+comm_it_test(mp_colls.socket.threaded.np2 COMMAND mp_colls -w 200 -np 2 ENV "COMM_SHM_DISABLE=1;COMM_SOCKET_INLINE=64K" LABELS mp)
 comm_it_test(mp_colls.socket.np3 COMMAND mp_colls -w 200 -np 3 ENV "COMM_SHM_DISABLE=1" LABELS mp)
 comm_it_test(mp_colls.socket.threads2 COMMAND mp_colls -w 200 -np 2 -t ENV "COMM_SHM_DISABLE=1" LABELS "mp;threads")
 # Small FIFOs (8 KiB slots: every large case is many chunks) and more channels; on shm and on sockets
