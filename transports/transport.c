@@ -239,16 +239,20 @@ commResult_t commTransportConnect(struct commComm* comm, const commConnRequest* 
   return commTransportConnectMulti(&comm, &reqs, &nReqs, 1);
 }
 
-commResult_t commTransportProgress(struct commComm* comm) {
+static commResult_t progressConns(struct commComm* comm, int sendsOnly) {
   commResult_t first = commSuccess;
   int n = comm->nNetConns;
   for (int i = 0; i < n; i++) {
     commConn* conn = comm->netConns[i];
+    if (sendsOnly && !conn->isSend) continue;
     commResult_t res = conn->transport->progress(comm, conn);
     if (res != commSuccess && first == commSuccess) first = res;
   }
   return first;
 }
+
+commResult_t commTransportProgress(struct commComm* comm) { return progressConns(comm, 0); }
+commResult_t commTransportProgressSends(struct commComm* comm) { return progressConns(comm, 1); }
 
 /* Give data already handed to network sends a bounded chance to leave before the sockets close. */
 static void drainSends(struct commComm* comm) {

@@ -49,20 +49,47 @@ static inline void copyOp(const commPlan* plan, void* dst, const void* src, size
 
 /* FIFO access. The sender may fill a slot while fewer than nSlots are unconsumed; the receiver may drain one
  * once the sender has advanced head past it. */
-static inline char* sendSlot(commConn* c) {
+static inline char* sendSlotNow(commConn* c) {
   if (c->step - COMM_LOAD_ACQ(&c->ctrl->tail) >= (uint64_t)c->nSlots) return NULL;
   return c->slots + (c->step % (uint64_t)c->nSlots) * c->slotBytes;
 }
-static inline void sendPost(commConn* c, size_t bytes) {
+static inline void sendPostNow(commConn* c, size_t bytes) {
   COMM_STORE_RLX(&c->ctrl->sizes[c->step % (uint64_t)c->nSlots], (uint64_t)bytes);
   c->step++;
   COMM_STORE_REL(&c->ctrl->head, c->step);
 }
-static inline char* recvSlot(commConn* c, size_t* bytes) {
+static inline char* recvSlotNow(commConn* c, size_t* bytes) {
   if (COMM_LOAD_ACQ(&c->ctrl->head) <= c->step) return NULL;
   *bytes = (size_t)COMM_LOAD_RLX(&c->ctrl->sizes[c->step % (uint64_t)c->nSlots]);
   return c->slots + (c->step % (uint64_t)c->nSlots) * c->slotBytes;
 }
+/* Network connections move data when progressed: the step that waits on one progresses it (and only it). */
+static inline commResult_t connProgress(commComm* comm, commConn* c) {
+  return c->transport->progress ? c->transport->progress(comm, c) : commSuccess;
+}
+static inline char* sendSlot(commComm* comm, commConn* c, commResult_t* err) {
+  char* s = sendSlotNow(c);
+  if (s == NULL && c->transport->progress) {
+    *err = connProgress(comm, c);
+    s = sendSlotNow(c);
+  }
+  return s;
+}
+static inline char* recvSlot(commComm* comm, commConn* c, size_t* bytes, commResult_t* err) {
+  char* s = recvSlotNow(c, bytes);
+  if (s == NULL && c->transport->progress) {
+    *err = connProgress(comm, c);
+    s = recvSlotNow(c, bytes);
+  }
+  return s;
+}
+
+/* Post a filled slot; a network connection sends it at once. */
+static inline commResult_t sendPost(commComm* comm, commConn* c, size_t bytes) {
+  sendPostNow(c, bytes);
+  return connProgress(comm, c);
+}
+
 static inline void recvRelease(commConn* c) {
   c->step++;
   COMM_STORE_REL(&c->ctrl->tail, c->step);
@@ -97,6 +124,7 @@ static commResult_t stepProgress(commPlan* plan, int c, const commStep* st, comm
   commConn* sc = st->sendPeer >= 0 ? ch->send[st->sendPeer] : NULL;
   commConn* rc = st->recvPeer >= 0 ? ch->recv[st->recvPeer] : NULL;
   const int flags = st->flags;
+  commResult_t perr = commSuccess;
   *finished = 0;
 
   switch (st->prim) {
@@ -119,7 +147,8 @@ static commResult_t stepProgress(commPlan* plan, int c, const commStep* st, comm
       if (sc == NULL && st->count > 0) return missingConn(plan, c, st->sendPeer, 1);
       while (pr->workDone < st->count) {
         size_t n = COMM_MIN(piece, st->count - pr->workDone);
-        char* slot = sendSlot(sc);
+        char* slot = sendSlot(comm, sc, &perr);
+        if (perr != commSuccess) return perr;
         if (slot == NULL) {
           noteWait(plan, c, st->sendPeer, 1);
           return commSuccess;
@@ -130,7 +159,7 @@ static commResult_t stepProgress(commPlan* plan, int c, const commStep* st, comm
           char* dst = bufPtr(plan, st->dst) + pr->workDone * elt;
           if (dst != src || opActs(plan, flags)) memcpy(dst, slot, n * elt);
         }
-        sendPost(sc, n * elt);
+        COMMCHECK(sendPost(comm, sc, n * elt));
         pr->workDone += n;
         plan->progressed = 1;
       }
@@ -142,7 +171,8 @@ static commResult_t stepProgress(commPlan* plan, int c, const commStep* st, comm
       if (rc == NULL && st->count > 0) return missingConn(plan, c, st->recvPeer, 0);
       while (pr->workDone < st->count) {
         size_t n = COMM_MIN(piece, st->count - pr->workDone), got;
-        char* slot = recvSlot(rc, &got);
+        char* slot = recvSlot(comm, rc, &got, &perr);
+        if (perr != commSuccess) return perr;
         if (slot == NULL) {
           noteWait(plan, c, st->recvPeer, 0);
           return commSuccess;
@@ -169,12 +199,14 @@ static commResult_t stepProgress(commPlan* plan, int c, const commStep* st, comm
       if (st->count > 0 && rc == NULL) return missingConn(plan, c, st->recvPeer, 0);
       while (pr->workDone < st->count) {
         size_t n = COMM_MIN(piece, st->count - pr->workDone), got;
-        char* in = recvSlot(rc, &got);
+        char* in = recvSlot(comm, rc, &got, &perr);
+        if (perr != commSuccess) return perr;
         if (in == NULL) {
           noteWait(plan, c, st->recvPeer, 0);
           return commSuccess;
         }
-        char* out = sendSlot(sc);
+        char* out = sendSlot(comm, sc, &perr);
+        if (perr != commSuccess) return perr;
         if (out == NULL) {
           noteWait(plan, c, st->sendPeer, 1);
           return commSuccess;
@@ -194,7 +226,7 @@ static commResult_t stepProgress(commPlan* plan, int c, const commStep* st, comm
                      flags & COMM_STEP_POST);
           memcpy(out, dst, n * elt);
         }
-        sendPost(sc, n * elt);
+        COMMCHECK(sendPost(comm, sc, n * elt));
         recvRelease(rc);
         pr->workDone += n;
         plan->progressed = 1;
@@ -209,19 +241,21 @@ static commResult_t stepProgress(commPlan* plan, int c, const commStep* st, comm
       if (recvCount > 0 && rc == NULL) return missingConn(plan, c, st->recvPeer, 0);
       while (pr->sendDone < sendCount) {
         size_t n = COMM_MIN(piece, sendCount - pr->sendDone);
-        char* slot = sendSlot(sc);
+        char* slot = sendSlot(comm, sc, &perr);
+        if (perr != commSuccess) return perr;
         if (slot == NULL) {
           noteWait(plan, c, st->sendPeer, 1);
           break;
         }
         copyOp(plan, slot, bufPtr(plan, st->src) + pr->sendDone * elt, n, flags & COMM_STEP_PRE);
-        sendPost(sc, n * elt);
+        COMMCHECK(sendPost(comm, sc, n * elt));
         pr->sendDone += n;
         plan->progressed = 1;
       }
       while (pr->recvDone < recvCount) {
         size_t n = COMM_MIN(piece, recvCount - pr->recvDone), got;
-        char* slot = recvSlot(rc, &got);
+        char* slot = recvSlot(comm, rc, &got, &perr);
+        if (perr != commSuccess) return perr;
         if (slot == NULL) {
           noteWait(plan, c, st->recvPeer, 0);
           break;
@@ -289,7 +323,7 @@ commResult_t commExecHostProgress(commPlan* plan, int* done) {
   *done = plan->done;
   if (plan->done) return commSuccess;
   if (comm->nNetConns > 0) {
-    commResult_t res = commTransportProgress(comm);
+    commResult_t res = commTransportProgressSends(comm);
     if (res != commSuccess) {
       char desc[160], why[256];
       snprintf(why, sizeof(why), "%s", commLogLastWarn());
@@ -310,12 +344,7 @@ commResult_t commExecHostProgress(commPlan* plan, int* done) {
     }
     if (pr->stepIdx < cs->nSteps) allDone = 0;
   }
-  if (plan->progressed) {
-    plan->lastProgressNs = commTimeNs();
-    /* Push what this call just posted onto the network now: after the last step nobody else calls
-     * progress until the proxy thread's next round. */
-    if (comm->nNetConns > 0) COMMCHECK(commTransportProgress(comm));
-  }
+  if (plan->progressed) plan->lastProgressNs = commTimeNs();
   if (allDone) {
     plan->done = 1;
     *done = 1;

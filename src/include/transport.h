@@ -76,6 +76,9 @@ commResult_t commTransportConnectMulti(struct commComm** comms, const commConnRe
                                        const int* nReqs, int nComms);
 /* Progress every network connection of comm (called from the executor's wait loops). */
 commResult_t commTransportProgress(struct commComm* comm);
+/* Only the sending side of every network connection: queued data keeps leaving; receives are progressed by
+ * the steps that wait on them (an idle send connection costs nothing, a receive one a syscall). */
+commResult_t commTransportProgressSends(struct commComm* comm);
 commResult_t commTransportCloseAll(struct commComm* comm);
 
 /* Net transport: the network plugin in use (socket unless COMM_NET_PLUGIN / config says otherwise). */
