@@ -195,7 +195,11 @@ static commResult_t computeNodes(struct commComm* comm) {
 }
 
 static commResult_t setupChannels(struct commComm* comm) {
-  int64_t defChannels = (comm->nNodes > 1 || comm->shmDisable) ? 2 : 1;
+  /* A second channel lets network connections run in parallel when helper threads move their data (8+
+   * cores); below that the calling thread moves everything and channels only add connections to poll
+   * (2 cores, socket allreduce 16-64 MiB: 1.2-1.5 GB/s with 1 channel, 1.1-1.3 with 2; docs/PERF.md). */
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  int64_t defChannels = ((comm->nNodes > 1 || comm->shmDisable) && ncpu >= 8) ? 2 : 1;
   comm->nChannels = (int)commParamInt("COMM_NCHANNELS", defChannels, 1, COMM_MAX_CHANNELS);
   for (int c = 0; c < comm->nChannels; c++) {
     commChannel* ch = &comm->channels[c];
