@@ -1,24 +1,22 @@
 /*
- * libcomm perf harness: options, rank launching (fork, threads, launcher environment), buffers,
- * timing, result checking and the nccl-tests style table. Public API (comm.h) only.
+ * libcomm perf harness: options, buffers, timing, result checking and the nccl-tests style table.
+ * Launching the ranks lives in launch.c. Public API (comm.h) only.
  * SPDX-License-Identifier: Apache-2.0
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "common.h"
+#include "launch.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -270,7 +268,7 @@ static int parseSize(const char* s, size_t* out) {
   return 0;
 }
 
-static int parseInt(const char* s, int minv, int* out) {
+int perfParseInt(const char* s, int minv, int* out) {
   char* end;
   errno = 0;
   long v = strtol(s, &end, 10);
@@ -336,21 +334,21 @@ static int parseArgs(int argc, char** argv) {
     switch (which) {
       case 0: bad = parseSize(val, &opts.minBytes); break;
       case 1: bad = parseSize(val, &opts.maxBytes); break;
-      case 2: bad = parseInt(val, 1, &iv); opts.stepFactor = (size_t)iv; factorSet = 1; break;
+      case 2: bad = perfParseInt(val, 1, &iv); opts.stepFactor = (size_t)iv; factorSet = 1; break;
       case 3: bad = parseSize(val, &opts.stepBytes) || opts.stepBytes == 0; stepSet = 1; break;
-      case 4: bad = parseInt(val, 1, &opts.iters); break;
-      case 5: bad = parseInt(val, 0, &opts.warmup); break;
-      case 6: bad = parseInt(val, 0, &opts.check) || opts.check > 1; break;
+      case 4: bad = perfParseInt(val, 1, &opts.iters); break;
+      case 5: bad = perfParseInt(val, 0, &opts.warmup); break;
+      case 6: bad = perfParseInt(val, 0, &opts.check) || opts.check > 1; break;
       case 7: bad = parseType(val); break;
       case 8: bad = parseOp(val); break;
-      case 9: bad = parseInt(val, 0, &opts.root); break;
+      case 9: bad = perfParseInt(val, 0, &opts.root); break;
       case 10:
         if (!strcmp(val, "host")) opts.device = 0;
         else if (!strcmp(val, "device")) opts.device = 1;
         else bad = 1;
         break;
-      case 11: bad = parseInt(val, 1, &opts.nprocs); break;
-      case 12: bad = parseInt(val, 1, &opts.nthreads); break;
+      case 11: bad = perfParseInt(val, 1, &opts.nprocs); break;
+      case 12: bad = perfParseInt(val, 1, &opts.nthreads); break;
       default: bad = 1; break;
     }
     if (bad) { fprintf(stderr, "%s: bad value '%s' for %s\n", progName, val, arg); return -1; }
@@ -482,7 +480,7 @@ static void reportFailure(rankCtx_t* c, const char* what, commResult_t res) {
     }                                                                                               \
   } while (0)
 
-static double nowSec(void) {
+double perfNowSec(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -609,10 +607,10 @@ static int runVariant(rankCtx_t* c, const sweepCfg_t* s, int inplace, size_t cou
   if (syncStream(c)) return -1;
   c->meta[0] = 0;
   if (metaAllReduce(c, 1, commSum)) return -1; /* line the ranks up before timing */
-  double t0 = nowSec();
+  double t0 = perfNowSec();
   for (int i = 0; i < opts.iters; i++) RUNCHECK(c, &a);
   if (syncStream(c)) return -1;
-  *us = (nowSec() - t0) * 1e6 / opts.iters;
+  *us = (perfNowSec() - t0) * 1e6 / opts.iters;
   *wrong = 0;
   if (!opts.check) return 0;
 
@@ -795,203 +793,17 @@ static int rankRun(rankCtx_t* c) {
   return c->wrongTotal > 0 ? 1 : 0;
 }
 
-/* ------------------------------------------------------------------------------------------------ */
-/* Threads of one process                                                                            */
-
-static struct {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int done, failed;
-} threadState = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
-
-static void* rankThread(void* arg) {
-  rankCtx_t* c = arg;
-  int rc = rankRun(c);
-  if (rc < 0 && c->comm) commAbort(c->comm); /* let the peers see the failure instead of waiting */
-  if (rc < 0) c->comm = NULL;
-  if (rc) c->failed = 1;
-  freeBuffers(c);
-  pthread_mutex_lock(&threadState.mu);
-  threadState.done++;
-  if (c->failed) threadState.failed = 1;
-  pthread_cond_broadcast(&threadState.cv);
-  pthread_mutex_unlock(&threadState.mu);
-  return NULL;
-}
-
-/* Runs ranks base..base+nthreads-1; returns the process exit status. */
-static int runThreads(const commUniqueId* id, int base, int nranks, int localBase) {
-  int nt = opts.nthreads;
-  rankCtx_t* ctx = calloc((size_t)nt, sizeof(rankCtx_t));
-  pthread_t* th = calloc((size_t)nt, sizeof(pthread_t));
-  if (!ctx || !th) { fprintf(stderr, "%s: out of memory\n", progName); return 1; }
-  int started = 0;
-  for (int t = 0; t < nt; t++) {
-    ctx[t].rank = base + t, ctx[t].nranks = nranks, ctx[t].localRank = localBase + t, ctx[t].id = *id;
-    if (pthread_create(&th[t], NULL, rankThread, &ctx[t])) {
-      fprintf(stderr, "%s: cannot start thread for rank %d\n", progName, base + t);
-      pthread_mutex_lock(&threadState.mu);
-      threadState.failed = 1;
-      pthread_mutex_unlock(&threadState.mu);
-      break;
-    }
-    started++;
-  }
-  /* After a failure, peers blocked in a collective get a grace period, then the process exits. */
-  struct timespec deadline = {0, 0};
-  int timedOut = 0;
-  pthread_mutex_lock(&threadState.mu);
-  while (threadState.done < started && !timedOut) {
-    if (!threadState.failed) {
-      pthread_cond_wait(&threadState.cv, &threadState.mu);
-      continue;
-    }
-    if (deadline.tv_sec == 0) {
-      clock_gettime(CLOCK_REALTIME, &deadline);
-      deadline.tv_sec += 15;
-    }
-    if (pthread_cond_timedwait(&threadState.cv, &threadState.mu, &deadline) == ETIMEDOUT) timedOut = 1;
-  }
-  int failed = threadState.failed;
-  pthread_mutex_unlock(&threadState.mu);
-  if (timedOut) {
-    fprintf(stderr, "%s: ranks still blocked 15 s after a failure; exiting\n", progName);
-    fflush(stdout);
-    fflush(stderr);
-    _exit(1);
-  }
-  for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
-  free(ctx);
-  free(th);
-  return failed || started < nt ? 1 : 0;
-}
-
-/* ------------------------------------------------------------------------------------------------ */
-/* Launching                                                                                         */
-
-static int envInt(const char* name, int* out) {
-  const char* s = getenv(name);
-  return s && parseInt(s, 0, out) == 0;
-}
-
-/* Fork opts.nprocs children; the parent creates the unique id (its root thread stays in the parent)
- * and hands it to the children through pipes, so no child is forked from a process running library
- * threads. */
-static int runForked(void) {
-  int np = opts.nprocs, nranks = np * opts.nthreads;
-  pid_t* pids = calloc((size_t)np, sizeof(pid_t));
-  int* wfd = calloc((size_t)np, sizeof(int));
-  if (!pids || !wfd) { fprintf(stderr, "%s: out of memory\n", progName); return 1; }
-  fflush(stdout);
-  fflush(stderr);
-  int forked = 0, status = 0;
-  for (int p = 0; p < np; p++) {
-    int fd[2];
-    if (pipe(fd)) { perror("pipe"); status = 1; break; }
-    pid_t pid = fork();
-    if (pid < 0) { perror("fork"); close(fd[0]); close(fd[1]); status = 1; break; }
-    if (pid == 0) {
-      for (int q = 0; q < p; q++) close(wfd[q]);
-      close(fd[1]);
-      commUniqueId id;
-      size_t got = 0;
-      while (got < sizeof(id)) {
-        ssize_t k = read(fd[0], (char*)&id + got, sizeof(id) - got);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) _exit(1); /* the parent failed before sending the id */
-        got += (size_t)k;
-      }
-      close(fd[0]);
-      int rc = runThreads(&id, p * opts.nthreads, nranks, p * opts.nthreads);
-      fflush(stdout);
-      exit(rc);
-    }
-    close(fd[0]);
-    pids[p] = pid, wfd[p] = fd[1], forked++;
-  }
-  commUniqueId id;
-  memset(&id, 0, sizeof(id));
-  if (status == 0) {
-    commResult_t res = commGetUniqueId(&id);
-    if (res != commSuccess) {
-      const char* last = commGetLastError(NULL);
-      fprintf(stderr, "%s: commGetUniqueId failed: %s%s%s\n", progName, commGetErrorString(res),
-              last && *last ? ": " : "", last && *last ? last : "");
-      status = 1;
-    }
-  }
-  signal(SIGPIPE, SIG_IGN);
-  for (int p = 0; p < forked; p++) {
-    if (status == 0 && write(wfd[p], &id, sizeof(id)) != (ssize_t)sizeof(id)) status = 1;
-    close(wfd[p]); /* a child that got no id exits */
-  }
-  int alive = forked;
-  double deadline = 0;
-  while (alive > 0) {
-    int st;
-    pid_t w = waitpid(-1, &st, deadline > 0 ? WNOHANG : 0);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) break;
-    if (w == 0) {
-      if (nowSec() > deadline) {
-        fprintf(stderr, "%s: ranks still running 15 s after a failure; killing them\n", progName);
-        for (int p = 0; p < forked; p++)
-          if (pids[p] > 0) kill(pids[p], SIGKILL);
-        deadline = 1e300;
-      }
-      struct timespec ts = {0, 50 * 1000 * 1000};
-      nanosleep(&ts, NULL);
-      continue;
-    }
-    for (int p = 0; p < forked; p++)
-      if (pids[p] == w) pids[p] = 0, alive--;
-    int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-    if (!ok) {
-      if (WIFSIGNALED(st)) fprintf(stderr, "%s: rank process %d died of signal %d\n", progName, (int)w, WTERMSIG(st));
-      status = 1;
-      if (deadline == 0) deadline = nowSec() + 15;
-    }
-  }
-  free(pids);
-  free(wfd);
-  return status;
-}
-
-/* Launcher environment: fills rank/size/localRank and exports COMM_ROOT/COMM_RANK/COMM_NRANKS.
- * Returns 1 when the process was started by a launcher. */
-static int fromEnvironment(int* rank, int* size, int* local) {
-  *local = -1;
-  if (envInt("COMM_RANK", rank) && envInt("COMM_NRANKS", size) && getenv("COMM_ROOT")) {
-    if (!envInt("COMM_LOCAL_RANK", local) && !envInt("LOCAL_RANK", local)) *local = *rank;
-    return 1;
-  }
-  const char* addr = getenv("MASTER_ADDR");
-  const char* port = getenv("MASTER_PORT");
-  if (envInt("RANK", rank) && envInt("WORLD_SIZE", size) && addr && port) {
-    if (!getenv("COMM_ROOT")) {
-      /* torchrun's agent may already listen on MASTER_PORT with its own store: take the next port. */
-      const char* agentStore = getenv("TORCHELASTIC_USE_AGENT_STORE");
-      int p = atoi(port) + (agentStore && !strcasecmp(agentStore, "true") ? 1 : 0);
-      char root[300];
-      snprintf(root, sizeof(root), "%s:%d", addr, p);
-      setenv("COMM_ROOT", root, 1);
-    }
-    if (!envInt("LOCAL_RANK", local)) *local = *rank;
-  } else if (getenv("COMM_ROOT") && envInt("OMPI_COMM_WORLD_RANK", rank) && envInt("OMPI_COMM_WORLD_SIZE", size)) {
-    if (!envInt("OMPI_COMM_WORLD_LOCAL_RANK", local)) *local = *rank;
-  } else if (getenv("COMM_ROOT") && envInt("PMI_RANK", rank) && envInt("PMI_SIZE", size)) {
-    if (!envInt("MPI_LOCALRANKID", local)) *local = *rank;
-  } else if (getenv("COMM_ROOT") && envInt("SLURM_PROCID", rank) && envInt("SLURM_NTASKS", size)) {
-    if (!envInt("SLURM_LOCALID", local)) *local = *rank;
-  } else {
-    return 0;
-  }
-  char v[32];
-  snprintf(v, sizeof(v), "%d", *rank * opts.nthreads);
-  setenv("COMM_RANK", v, 1);
-  snprintf(v, sizeof(v), "%d", *size * opts.nthreads);
-  setenv("COMM_NRANKS", v, 1);
-  return 1;
+/* One rank on the calling thread (launch.c starts them); nonzero when it failed. */
+static int runRank(const commUniqueId* id, int rank, int nranks, int localRank) {
+  rankCtx_t c;
+  memset(&c, 0, sizeof(c));
+  c.rank = rank, c.nranks = nranks, c.localRank = localRank, c.id = *id;
+  int rc = rankRun(&c);
+  if (rc < 0 && c.comm) commAbort(c.comm); /* let the peers see the failure instead of waiting */
+  if (rc < 0) c.comm = NULL;
+  if (rc) c.failed = 1;
+  freeBuffers(&c);
+  return c.failed;
 }
 
 static int checkRoot(int nranks) {
@@ -1008,27 +820,6 @@ int perfMain(const perfColl_t* c, int argc, char** argv) {
   if (buildTables()) { fprintf(stderr, "%s: out of memory\n", progName); return 1; }
   if (opts.device && cudaLoad()) return 1;
   setvbuf(stdout, NULL, _IOLBF, 0);
-  if (opts.nprocs > 0) return checkRoot(opts.nprocs * opts.nthreads) ? 2 : runForked();
-
-  commUniqueId id;
-  memset(&id, 0, sizeof(id));
-  int rank, size, local;
-  if (fromEnvironment(&rank, &size, &local)) {
-    if (rank >= size) {
-      fprintf(stderr, "%s: launcher rank %d is not below its size %d\n", progName, rank, size);
-      return 2;
-    }
-    if (checkRoot(size * opts.nthreads)) return 2;
-    /* A zeroed id: the library finds its peers through COMM_ROOT. */
-    return runThreads(&id, rank * opts.nthreads, size * opts.nthreads, local * opts.nthreads);
-  }
-  if (checkRoot(opts.nthreads)) return 2;
-  commResult_t res = commGetUniqueId(&id);
-  if (res != commSuccess) {
-    const char* last = commGetLastError(NULL);
-    fprintf(stderr, "%s: commGetUniqueId failed: %s%s%s\n", progName, commGetErrorString(res),
-            last && *last ? ": " : "", last && *last ? last : "");
-    return 1;
-  }
-  return runThreads(&id, 0, opts.nthreads, 0);
+  perfLaunch_t l = {progName, opts.nprocs, opts.nthreads, checkRoot, runRank};
+  return perfLaunch(&l);
 }

@@ -3,7 +3,8 @@
  * SPDX-License-Identifier: Apache-2.0
  *
  * A binary describes its collective with one perfColl_t and calls perfMain(); everything else
- * (options, launching ranks, buffers, timing, checking, the table) lives in common.c.
+ * (options, buffers, timing, checking, the table) lives in common.c, and launching the ranks in
+ * launch.c.
  */
 #ifndef COMM_PERF_COMMON_H_
 #define COMM_PERF_COMMON_H_
