@@ -112,13 +112,18 @@ static commResult_t allReduce(ringCtx* c, size_t base, size_t len) {
   return commSuccess;
 }
 
+/* How many ring hops this rank is after the root (0 at the root). */
+static int distanceFromRoot(const ringCtx* c) {
+  int rootPos = 0;
+  for (int i = 0; i < c->n; i++)
+    if (ringRank(c, i) == c->a->root) rootPos = i;
+  return ((c->pos - rootPos) % c->n + c->n) % c->n;
+}
+
 /* Pipelined chain from the root along the ring. */
 static commResult_t broadcast(ringCtx* c, size_t base, size_t len) {
   int n = c->n;
-  int rootPos = -1;
-  for (int i = 0; i < n; i++)
-    if (ringRank(c, i) == c->a->root) rootPos = i;
-  int d = ((c->pos - rootPos) % n + n) % n;
+  int d = distanceFromRoot(c);
   size_t nSlices = nSlicesFor(len, c->a->chunkElems);
   for (size_t sl = 0; sl < nSlices; sl++) {
     size_t sOff, sLen;
@@ -132,11 +137,7 @@ static commResult_t broadcast(ringCtx* c, size_t base, size_t len) {
 
 /* Chain along the ring ending at the root: root's next starts, root reduces last. */
 static commResult_t reduce(ringCtx* c, size_t base, size_t len) {
-  int n = c->n;
-  int rootPos = -1;
-  for (int i = 0; i < n; i++)
-    if (ringRank(c, i) == c->a->root) rootPos = i;
-  int d = ((c->pos - rootPos) % n + n) % n;
+  int d = distanceFromRoot(c);
   size_t nSlices = nSlicesFor(len, c->a->chunkElems);
   for (size_t sl = 0; sl < nSlices; sl++) {
     size_t sOff, sLen;
