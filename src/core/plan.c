@@ -130,11 +130,14 @@ fail:
   return res;
 }
 
-/* The connections a plan's schedule uses, without duplicates, appended to reqs. */
-static commResult_t collectConnections(commComm* comm, const commPlan* plan, unsigned char* seen,
-                                       commConnRequest** reqs, int* nReqs, int* cap) {
+/* The connections a plan's schedule uses that do not exist yet, without duplicates, appended to reqs. Most
+ * calls need none (the ring's connections are made at init), so this costs a pointer check per step and no
+ * allocation; the few missing ones are deduplicated by a scan of the short request list. */
+static commResult_t collectConnections(commComm* comm, const commPlan* plan, commConnRequest** reqs, int* nReqs,
+                                       int* cap) {
   for (int c = 0; c < plan->sched.nChannels; c++) {
     const commChannelSched* cs = &plan->sched.channels[c];
+    commChannel* ch = &comm->channels[c];
     for (int s = 0; s < cs->nSteps; s++) {
       const commStep* st = &cs->steps[s];
       int peers[2] = {st->sendPeer, st->recvPeer};
@@ -146,11 +149,11 @@ static commResult_t collectConnections(commComm* comm, const commPlan* plan, uns
           return commInternalError;
         }
         int isSend = k == 0;
-        size_t idx = ((size_t)c * (size_t)comm->nRanks + (size_t)peer) * 2 + (size_t)isSend;
-        if (seen[idx]) continue;
-        seen[idx] = 1;
-        commChannel* ch = &comm->channels[c];
         if ((isSend ? ch->send[peer] : ch->recv[peer]) != NULL) continue;
+        int dup = 0;
+        for (int i = 0; i < *nReqs && !dup; i++)
+          dup = (*reqs)[i].channel == c && (*reqs)[i].peer == peer && (*reqs)[i].isSend == isSend;
+        if (dup) continue;
         if (*nReqs == *cap) {
           int ncap = *cap ? *cap * 2 : 16;
           COMMCHECK(commRealloc(reqs, (size_t)*cap, (size_t)ncap, sizeof(**reqs)));
@@ -174,7 +177,6 @@ static commResult_t buildCommPlans(commComm* comm, commTask* tasks, commPlan*** 
   }
   int nPlans = nColl + (nP2p > 0);
   commPlan** plans = NULL;
-  unsigned char* seen = NULL;
   commConnRequest* reqs = NULL;
   int nReqs = 0, cap = 0, n = 0;
   COMMCHECK(commCalloc(&plans, (size_t)nPlans, sizeof(*plans)));
@@ -187,8 +189,7 @@ static commResult_t buildCommPlans(commComm* comm, commTask* tasks, commPlan*** 
     COMMCHECKGOTO(buildP2pPlan(comm, tasks, nP2p, &plans[n]), res, fail);
     n++;
   }
-  /* Channels used by any plan (p2p may use channels beyond the ring's count in the future). */
-  COMMCHECKGOTO(commCalloc(&seen, (size_t)COMM_MAX_CHANNELS * (size_t)comm->nRanks * 2, 1), res, fail);
+  /* A schedule uses only channels the communicator set up; list the connections still missing. */
   for (int p = 0; p < n; p++) {
     if (plans[p]->sched.nChannels > comm->nChannels) {
       WARN("%s: schedule uses %d channels, communicator has %d", commFuncName(plans[p]->func),
@@ -196,9 +197,8 @@ static commResult_t buildCommPlans(commComm* comm, commTask* tasks, commPlan*** 
       res = commInternalError;
       goto fail;
     }
-    COMMCHECKGOTO(collectConnections(comm, plans[p], seen, &reqs, &nReqs, &cap), res, fail);
+    COMMCHECKGOTO(collectConnections(comm, plans[p], &reqs, &nReqs, &cap), res, fail);
   }
-  free(seen);
   *plansOut = plans;
   *nPlansOut = n;
   *reqsOut = reqs;
@@ -207,7 +207,6 @@ static commResult_t buildCommPlans(commComm* comm, commTask* tasks, commPlan*** 
 fail:
   for (int p = 0; p < n; p++) commPlanFree(plans[p]);
   free(plans);
-  free(seen);
   free(reqs);
   return res;
 }
