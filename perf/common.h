@@ -3,8 +3,8 @@
  * SPDX-License-Identifier: Apache-2.0
  *
  * A binary describes its collective with one perfColl_t and calls perfMain(); everything else
- * (options, buffers, timing, checking, the table) lives in common.c, and launching the ranks in
- * launch.c.
+ * (options, buffers, timing, checking, the table) lives in common.c, launching the ranks in
+ * launch.c, and the data types, input pattern and expected values in pattern.c.
  */
 #ifndef COMM_PERF_COMMON_H_
 #define COMM_PERF_COMMON_H_
