@@ -9,6 +9,8 @@ foreach(prog mp_colls test_args test_faults test_group_init)
   target_include_directories(${prog} PRIVATE ${COMM_IT_DIR})
   target_link_libraries(${prog} PRIVATE comm Threads::Threads m)
 endforeach()
+# mp_colls: the cases and the host reference are a file of their own.
+target_sources(mp_colls PRIVATE ${COMM_IT_DIR}/mp_cases.c)
 
 function(comm_it_test name)
   cmake_parse_arguments(T "SERIAL" "" "COMMAND;ENV;LABELS" ${ARGN})
