@@ -41,6 +41,7 @@
 #define SOCK_MAX_PENDING (2 * (SOCK_MAX_DATA + 1))
 #define SOCK_CONNECT_MS 30000
 #define SOCK_HDR_INLINE (1ull << 63)
+#define SOCK_STAGE_BYTES 4096
 
 typedef struct {
   commSockAddr addr;
@@ -187,6 +188,10 @@ typedef struct sockComm {
   uint64_t largeSeq;
   size_t inlineBytes;
   int ctrlErr;      /* sticky error of the control socket: errno, -1 for EOF */
+  /* Receiver: bytes read from the control socket ahead of the request that needs them, so that a small
+   * message (header and inline payload) costs one recv() instead of two. */
+  char* stage;
+  size_t stageOff, stageLen;
 } sockComm;
 
 typedef struct {
@@ -337,6 +342,24 @@ static commResult_t sockCtrlError(sockComm* c, int err) {
   return commRemoteError;
 }
 
+/* Read up to len bytes of the control stream without blocking, as recv() does (-1 with errno on failure,
+ * 0 at EOF). Bytes already staged come first; a short read refills the stage with whatever has arrived,
+ * so the header and the inline payload of a small message come in one system call. A long read bypasses
+ * the stage once it is empty, so big inline payloads are not copied twice. */
+static ssize_t sockCtrlRead(sockComm* c, char* dst, size_t len) {
+  if (c->stageOff == c->stageLen) {
+    if (len >= SOCK_STAGE_BYTES) return recv(c->ctrlFd, dst, len, MSG_DONTWAIT);
+    ssize_t s = recv(c->ctrlFd, c->stage, SOCK_STAGE_BYTES, MSG_DONTWAIT);
+    if (s <= 0) return s;
+    c->stageOff = 0;
+    c->stageLen = (size_t)s;
+  }
+  size_t n = COMM_MIN(len, c->stageLen - c->stageOff);
+  memcpy(dst, c->stage + c->stageOff, n);
+  c->stageOff += n;
+  return (ssize_t)n;
+}
+
 /* Move header and inline payloads on the control socket, in order, without blocking. */
 static commResult_t sockProgressCtrl(sockComm* c) {
   if (c->ctrlErr) return commRemoteError;
@@ -379,7 +402,7 @@ static commResult_t sockProgressCtrl(sockComm* c) {
     } else {
       if (r->ctrlOff < sizeof(uint64_t)) {
         while (r->ctrlOff < sizeof(uint64_t)) {
-          ssize_t s = recv(c->ctrlFd, (char*)&r->hdr + r->ctrlOff, sizeof(uint64_t) - r->ctrlOff, MSG_DONTWAIT);
+          ssize_t s = sockCtrlRead(c, (char*)&r->hdr + r->ctrlOff, sizeof(uint64_t) - r->ctrlOff);
           if (s > 0) {
             r->ctrlOff += (size_t)s;
           } else if (s < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -401,7 +424,7 @@ static commResult_t sockProgressCtrl(sockComm* c) {
       size_t total = sizeof(uint64_t) + inlineLen;
       while (r->ctrlOff < total) {
         size_t o = r->ctrlOff - sizeof(uint64_t);
-        ssize_t s = recv(c->ctrlFd, r->data + o, inlineLen - o, MSG_DONTWAIT);
+        ssize_t s = sockCtrlRead(c, r->data + o, inlineLen - o);
         if (s > 0) {
           r->ctrlOff += (size_t)s;
         } else if (s < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -532,6 +555,13 @@ static commResult_t sockNewComm(int isSend, int nData, sockComm** out) {
   sockConfig(&nt, &ns);
   c->nThreads = COMM_MIN(nt, nData);
   c->inlineBytes = (size_t)commParamSize("COMM_SOCKET_INLINE", sockDefaultInline(), 0, 1 << 30);
+  if (!isSend) {
+    commResult_t res = commCalloc(&c->stage, SOCK_STAGE_BYTES, 1);
+    if (res != commSuccess) {
+      free(c);
+      return res;
+    }
+  }
   *out = c;
   return commSuccess;
 }
@@ -542,6 +572,7 @@ static void sockFreeComm(sockComm* c) {
   if (c->ctrlFd >= 0) close(c->ctrlFd);
   for (int i = 0; i < c->nData; i++)
     if (c->dataFds[i] >= 0) close(c->dataFds[i]);
+  free(c->stage);
   free(c);
 }
 
