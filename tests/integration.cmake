@@ -4,7 +4,7 @@
 # "threads" on the runs whose ranks are threads of one process (the optional ThreadSanitizer pass).
 set(COMM_IT_DIR ${CMAKE_CURRENT_SOURCE_DIR}/integration)
 
-foreach(prog mp_colls test_args test_faults test_group_init)
+foreach(prog mp_colls test_args test_faults test_group_init test_sender_leaves)
   add_executable(${prog} ${COMM_IT_DIR}/${prog}.c)
   target_include_directories(${prog} PRIVATE ${COMM_IT_DIR})
   target_link_libraries(${prog} PRIVATE comm Threads::Threads m)
@@ -59,6 +59,9 @@ comm_it_test(test_args COMMAND test_args LABELS "args;threads")
 # Faults: a killed peer (shm and socket), commAbort from another thread, an init that times out.
 # Timing assertions: run alone.
 comm_it_test(test_faults COMMAND test_faults LABELS faults SERIAL)
+
+# A sender that stops calling libcomm after its send returned: the network proxy delivers the rest.
+comm_it_test(test_sender_leaves COMMAND test_sender_leaves LABELS net)
 
 # Two hosts: two network namespaces joined by a veth pair, 2 ranks in each (needs root; else skipped).
 comm_it_test(two_hosts COMMAND ${COMM_IT_DIR}/two_hosts.sh $<TARGET_FILE:mp_colls> LABELS "twohost;heavy" SERIAL)

@@ -348,6 +348,7 @@ commResult_t commExecHostProgress(commPlan* plan, int* done) {
   if (allDone) {
     plan->done = 1;
     *done = 1;
+    if (comm->nNetConns > 0) commNetKickProxy(comm);
     return commSuccess;
   }
   if (!plan->progressed) COMMCHECK(checkStalled(plan));

@@ -87,6 +87,8 @@ commResult_t commNetInit(struct commComm* comm);
 commResult_t commNetFinalize(struct commComm* comm);
 /* Free comm->netConns under the net proxy's lock (after every connection was closed). */
 void commNetReleaseConnList(struct commComm* comm);
+/* The executor is leaving a finished operation: wake the proxy thread if network sends are still pending. */
+void commNetKickProxy(struct commComm* comm);
 /* Name of the network plugin comm uses ("Socket", ...), for log lines. */
 const char* commNetName(const struct commComm* comm);
 /* transports/net_socket.c: the built-in TCP network plugin. */
