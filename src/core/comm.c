@@ -174,6 +174,7 @@ static void fillPeerInfo(struct commComm* comm, commPeerInfo* info) {
 
 static commResult_t computeNodes(struct commComm* comm) {
   uint64_t* hosts = NULL;
+  COMMCHECK(commCalloc(&comm->rankNode, (size_t)comm->nRanks, sizeof(int)));
   COMMCHECK(commCalloc(&hosts, (size_t)comm->nRanks, sizeof(uint64_t)));
   comm->nNodes = 0;
   comm->localRanks = 0;
@@ -184,6 +185,7 @@ static commResult_t computeNodes(struct commComm* comm) {
     for (n = 0; n < comm->nNodes; n++)
       if (hosts[n] == h) break;
     if (n == comm->nNodes) hosts[comm->nNodes++] = h;
+    comm->rankNode[r] = n;
     if (h == comm->peers[comm->rank].hostHash) {
       if (r < comm->rank) comm->localRank++;
       comm->localRanks++;
@@ -201,27 +203,33 @@ static commResult_t setupChannels(struct commComm* comm) {
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   int64_t defChannels = ((comm->nNodes > 1 || comm->shmDisable) && ncpu >= 8) ? 2 : 1;
   comm->nChannels = (int)commParamInt("COMM_NCHANNELS", defChannels, 1, COMM_MAX_CHANNELS);
-  for (int c = 0; c < comm->nChannels; c++) {
-    commChannel* ch = &comm->channels[c];
-    ch->id = c;
-    COMMCHECK(commCalloc(&ch->ringRanks, (size_t)comm->nRanks, sizeof(int)));
-    COMMCHECK(commCalloc(&ch->send, (size_t)comm->nRanks, sizeof(commConn*)));
-    COMMCHECK(commCalloc(&ch->recv, (size_t)comm->nRanks, sizeof(commConn*)));
-    /* Ring order: ranks grouped by node in order of each node's first rank (so that one hop per node
-     * crosses the network), rank order within a node. The topology layer will refine this. */
-    int pos = 0;
-    for (int r = 0; r < comm->nRanks; r++) {
-      int firstOfNode = 1;
-      for (int q = 0; q < r && firstOfNode; q++) firstOfNode = comm->peers[q].hostHash != comm->peers[r].hostHash;
-      if (!firstOfNode) continue;
-      for (int q = r; q < comm->nRanks; q++)
-        if (comm->peers[q].hostHash == comm->peers[r].hostHash) ch->ringRanks[pos++] = q;
-    }
-    for (int i = 0; i < comm->nRanks; i++) {
-      if (ch->ringRanks[i] == comm->rank) {
-        ch->ringNext = ch->ringRanks[(i + 1) % comm->nRanks];
-        ch->ringPrev = ch->ringRanks[(i + comm->nRanks - 1) % comm->nRanks];
-      }
+  for (int c = 0; c < comm->nChannels; c++) COMMCHECK(commChannelEnsure(comm, c));
+  return commSuccess;
+}
+
+/* Channel c's connection tables and ring, made on first use: the first nChannels at init (their rings
+ * are connected then), others when an algorithm (trees use two) first schedules on them. */
+commResult_t commChannelEnsure(struct commComm* comm, int c) {
+  if (c < 0 || c >= COMM_MAX_CHANNELS) {
+    WARN("channel %d out of range (0..%d)", c, COMM_MAX_CHANNELS - 1);
+    return commInternalError;
+  }
+  commChannel* ch = &comm->channels[c];
+  if (ch->send != NULL) return commSuccess;
+  ch->id = c;
+  COMMCHECK(commCalloc(&ch->ringRanks, (size_t)comm->nRanks, sizeof(int)));
+  COMMCHECK(commCalloc(&ch->recv, (size_t)comm->nRanks, sizeof(commConn*)));
+  COMMCHECK(commCalloc(&ch->send, (size_t)comm->nRanks, sizeof(commConn*)));
+  /* Ring order: ranks grouped by node in order of each node's first rank (so that one hop per node
+   * crosses the network), rank order within a node. The topology layer will refine this. */
+  int pos = 0;
+  for (int node = 0; node < comm->nNodes; node++)
+    for (int q = 0; q < comm->nRanks; q++)
+      if (comm->rankNode[q] == node) ch->ringRanks[pos++] = q;
+  for (int i = 0; i < comm->nRanks; i++) {
+    if (ch->ringRanks[i] == comm->rank) {
+      ch->ringNext = ch->ringRanks[(i + 1) % comm->nRanks];
+      ch->ringPrev = ch->ringRanks[(i + comm->nRanks - 1) % comm->nRanks];
     }
   }
   return commSuccess;
@@ -286,6 +294,7 @@ static void freeComm(struct commComm* comm) {
   }
   free(comm->netConns);
   free(comm->peers);
+  free(comm->rankNode);
   comm->magic = COMM_MAGIC_DEAD;
   free(comm);
 }

@@ -66,6 +66,9 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
   /* A send-only step may carry half the FIFO, so that neighbours sending to each other never block. */
   args.chunkElems = (size_t)(comm->nSlots / 2) * (comm->slotBytes / plan->eltSize);
   for (int c = 0; c < args.nChannels; c++) args.ringRanks[c] = comm->channels[c].ringRanks;
+  args.nNodes = comm->nNodes;
+  args.nodeOf = comm->rankNode;
+  args.proto = commProtoSimple;
   const char* algo = "Ring";
   if (t->func == commFuncAllToAll) {
     algo = "Pairwise";
@@ -137,6 +140,7 @@ static commResult_t collectConnections(commComm* comm, const commPlan* plan, com
                                        int* cap) {
   for (int c = 0; c < plan->sched.nChannels; c++) {
     const commChannelSched* cs = &plan->sched.channels[c];
+    if (cs->nSteps > 0) COMMCHECK(commChannelEnsure(comm, c));
     commChannel* ch = &comm->channels[c];
     for (int s = 0; s < cs->nSteps; s++) {
       const commStep* st = &cs->steps[s];

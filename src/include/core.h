@@ -56,6 +56,7 @@ struct commComm {
   int cudaDev;
   int localRank, localRanks; /* among ranks of the same host */
   int node, nNodes;
+  int* rankNode;       /* [nRanks]: node index of each rank, nodes numbered in order of their first rank */
   char name[64];
   uint64_t commHash;
   commPeerInfo* peers; /* [nRanks] */
@@ -98,6 +99,9 @@ struct commComm {
 commResult_t commCheckComm(comm_t comm, const char* api);
 void commSetAsyncError(comm_t comm, commResult_t res);
 static inline int commAborted(const struct commComm* comm) { return __atomic_load_n(&comm->abortFlag, __ATOMIC_ACQUIRE); }
+
+/* Allocate channel c's tables (and ring order) if it has none yet. */
+commResult_t commChannelEnsure(struct commComm* comm, int c);
 
 /* src/core/redop.c: the reduction arguments for op on this comm (built-in or user-made). */
 commResult_t commRedOpResolve(comm_t comm, commRedOp_t op, commDataType_t type, commRedOpArgs* args);

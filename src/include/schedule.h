@@ -91,9 +91,33 @@ typedef struct {
   int isReduction;  /* op is a reduction that needs PRE/POST flags */
   int nChannels;
   size_t chunkElems; /* most elements one send may carry before the receiver must drain (FIFO capacity) */
-  /* Ring order per channel: ringRanks[c][i] is the rank at position i of channel c's ring. */
+  /* Ring order per channel: ringRanks[c][i] is the rank at position i of channel c's ring (NULL: 0..n-1). */
   const int* ringRanks[COMM_MAX_CHANNELS];
+  /* Nodes (hosts): nodeOf[r] in 0..nNodes-1 is rank r's node. nodeOf NULL: every rank is a node of its
+   * own (nNodes == nRanks). Ranks of a node need not be contiguous. */
+  int nNodes;
+  const int* nodeOf;
+  int proto; /* commProto_t the schedule is built for (the host executor runs all the same way) */
 } commCollArgs;
+
+/* Protocols: how a connection moves data. LL (low latency) favours small messages: small steps, data and
+ * flag together (the CUDA executor will use 8-byte flag+data stores). Simple favours bandwidth: big
+ * steps, a flag per step. The host executor runs both through the same FIFOs; the tuner prices them
+ * differently and the schedule's step size follows the protocol. */
+typedef enum { commProtoLL = 0, commProtoSimple = 1, commNumProtos } commProto_t;
+const char* commProtoName(int proto);
+
+/* Algorithms: schedule generators. Not every algorithm supports every collective (commAlgoBuilder). */
+typedef enum {
+  commAlgoRing = 0,
+  commAlgoTree,     /* double binary tree allreduce; single-tree reduce and broadcast */
+  commAlgoCollTree, /* hierarchical: intra-node reduce, inter-node tree among per-channel leaders, bcast */
+  commAlgoPat,      /* Bruck-style logarithmic allgather and reducescatter */
+  commAlgoOneShot,  /* small-message allreduce: all-to-all exchange, local reduction */
+  commAlgoPairwise, /* alltoall (and grouped send/recv) */
+  commNumAlgos
+} commAlgo_t;
+const char* commAlgoName(int algo);
 
 /* Point-to-point operations of one rank in a group, for the send/recv batch schedule. */
 typedef struct {
@@ -113,7 +137,26 @@ commResult_t commP2pBuild(int rank, int nRanks, const commP2pOp* ops, int nOps, 
  * reduces locally in rank order (one channel). */
 commResult_t commOneShotBuild(const commCollArgs* args, commSchedule* out);
 
+/* algorithms/tree.c: double binary tree allreduce (tree 0 on even channels, tree 1 on odd ones, half of
+ * the data each), single-tree pipelined reduce and broadcast rooted at args->root. */
+commResult_t commTreeBuild(const commCollArgs* args, commSchedule* out);
+/* algorithms/colltree.c: hierarchical allreduce, reduce and broadcast over args->nodeOf. */
+commResult_t commCollTreeBuild(const commCollArgs* args, commSchedule* out);
+/* algorithms/pat.c: Bruck-style allgather and reducescatter, log2(n) steps, bounded scratch. */
+commResult_t commPatBuild(const commCollArgs* args, commSchedule* out);
+
+/* algorithms/tree_shape.c. The bit tree over positions 0..m-1 (root 0; odd positions are leaves);
+ * -1 where there is no such neighbour. */
+void commBitTree(int m, int pos, int* parent, int* child0, int* child1);
+int commBitTreeDepth(int m); /* edges from the root to the deepest leaf */
+/* Tree t (0 or 1) of the double binary tree over n ranks, as ranks; every rank is interior in at most
+ * one of the two trees. */
+void commDoubleTree(int n, int t, int rank, int* parent, int* child0, int* child1);
+int commDoubleTreeRoot(int n, int t);
+
 typedef commResult_t (*commSchedBuilder_t)(const commCollArgs* args, commSchedule* out);
+/* The generator of algo for func, or NULL when algo does not implement func. */
+commSchedBuilder_t commAlgoBuilder(int algo, commFunc_t func);
 
 /* What the verifier counted (for the cost model and tools). */
 typedef struct {

@@ -24,6 +24,38 @@ const char* commPrimName(commPrim_t p) {
   return primNames[p];
 }
 
+static const char* const protoNames[commNumProtos] = {"LL", "Simple"};
+
+const char* commProtoName(int proto) {
+  if (proto < 0 || proto >= commNumProtos) return "Unknown";
+  return protoNames[proto];
+}
+
+static const char* const algoNames[commNumAlgos] = {"Ring", "Tree", "CollTree", "PAT", "OneShot", "Pairwise"};
+
+const char* commAlgoName(int algo) {
+  if (algo < 0 || algo >= commNumAlgos) return "Unknown";
+  return algoNames[algo];
+}
+
+commSchedBuilder_t commAlgoBuilder(int algo, commFunc_t func) {
+  switch (algo) {
+    case commAlgoRing:
+      return func == commFuncAllReduce || func == commFuncBroadcast || func == commFuncReduce ||
+                     func == commFuncAllGather || func == commFuncReduceScatter
+                 ? commRingBuild
+                 : NULL;
+    case commAlgoTree:
+    case commAlgoCollTree:
+      if (func != commFuncAllReduce && func != commFuncBroadcast && func != commFuncReduce) return NULL;
+      return algo == commAlgoTree ? commTreeBuild : commCollTreeBuild;
+    case commAlgoPat: return func == commFuncAllGather || func == commFuncReduceScatter ? commPatBuild : NULL;
+    case commAlgoOneShot: return func == commFuncAllReduce ? commOneShotBuild : NULL;
+    case commAlgoPairwise: return func == commFuncAllToAll ? commAllToAllBuild : NULL;
+    default: return NULL;
+  }
+}
+
 commResult_t commSchedInit(commSchedule* s, int nChannels) {
   if (s == NULL) {
     WARN("commSchedInit: NULL schedule");
