@@ -7,6 +7,7 @@
 
 #include "bootstrap.h"
 #include "core.h"
+#include "tune.h"
 #include "enqueue.h"
 #include "param.h"
 #include "topo.h"
@@ -15,7 +16,7 @@
 #define COMM_DEFAULT_TIMEOUT_MS 600000
 #define COMM_DEFAULT_BUFFSIZE (4 << 20)
 /* Below this, an allreduce is latency-bound: one exchange step per peer beats the ring's 2(n-1) hops. */
-#define COMM_DEFAULT_ONESHOT_MAX (16 << 10)
+#define COMM_DEFAULT_ONESHOT_MAX (256 << 10)
 /* Bootstrap tags used by the core (transports use small non-negative tags). */
 #define COMM_TAG_SPLIT 0x20000000 /* transports use 0x40000000 and up */
 
@@ -260,6 +261,7 @@ static commResult_t initBody(struct commComm* comm, const commUniqueId* id) {
   if (comm->nNodes > 1 || comm->shmDisable) COMMCHECK(commNetInit(comm));
   COMMCHECK(setupChannels(comm));
   COMMCHECK(connectRings(comm));
+  COMMCHECK(commTunerInit(comm));
   INFO(COMM_INIT, "comm %p%s%s rank %d nRanks %d localRank %d localRanks %d node %d nNodes %d channels %d "
        "slot %zu B - Init COMPLETE",
        (void*)comm, comm->name[0] ? " " : "", comm->name, comm->rank, comm->nRanks, comm->localRank,
@@ -286,6 +288,7 @@ static int idIsZero(const commUniqueId* id) {
 static void freeComm(struct commComm* comm) {
   commTransportCloseAll(comm);
   if (comm->net) commNetFinalize(comm);
+  commTunerFree(comm);
   if (comm->bootstrap) bootstrapClose(comm->bootstrap);
   for (int c = 0; c < COMM_MAX_CHANNELS; c++) {
     free(comm->channels[c].ringRanks);

@@ -1,26 +1,16 @@
-/* From tasks to plans: choose the algorithm and its parameters, build the schedule, find the connections
- * it needs and make sure they exist. The tuner (src/tune) will take over the choice; today every
- * collective runs the ring (alltoall and point-to-point run pairwise exchanges). */
+/* From tasks to plans: the tuner (src/tune) chooses the algorithm, protocol, channels and step size of
+ * each collective; the algorithm's generator builds the schedule; then the connections it needs are
+ * found and made. Grouped point-to-point operations run as one batch of pairwise exchanges. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "enqueue.h"
 #include "exec.h"
+#include "tune.h"
 #include "utils.h"
-
-/* Below this many bytes per rank and channel, another channel costs more latency than it gains. */
-#define COMM_MIN_BYTES_PER_CHANNEL (64 * 1024)
 
 static int isReductionFunc(commFunc_t f) {
   return f == commFuncAllReduce || f == commFuncReduce || f == commFuncReduceScatter;
-}
-
-/* Same answer on every rank: depends only on the call's arguments and the communicator. */
-static int channelsFor(const commComm* comm, size_t bytesPerRank) {
-  size_t n = bytesPerRank / COMM_MIN_BYTES_PER_CHANNEL;
-  if (n < 1) n = 1;
-  if (n > (size_t)comm->nChannels) n = (size_t)comm->nChannels;
-  return (int)n;
 }
 
 static commResult_t newPlan(commComm* comm, commFunc_t func, int nBufs, commPlan** out) {
@@ -50,6 +40,8 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
   plan->bufs[COMM_BUF_INPUT] = (void*)t->sendbuff;
   plan->bufs[COMM_BUF_OUTPUT] = t->recvbuff;
 
+  commTuneChoice choice;
+  COMMCHECKGOTO(commTuneChoose(comm, t->func, t->count, plan->eltSize, &choice), res, fail);
   commCollArgs args;
   memset(&args, 0, sizeof(args));
   args.func = t->func;
@@ -59,38 +51,39 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
   args.eltSize = plan->eltSize;
   args.root = t->root;
   args.isReduction = isReductionFunc(t->func);
-  size_t perRankBytes = t->count * plan->eltSize;
-  if (t->func == commFuncAllReduce || t->func == commFuncBroadcast || t->func == commFuncReduce)
-    perRankBytes /= (size_t)comm->nRanks;
-  args.nChannels = t->func == commFuncAllToAll ? 1 : channelsFor(comm, perRankBytes);
-  /* A send-only step may carry half the FIFO, so that neighbours sending to each other never block. */
-  args.chunkElems = (size_t)(comm->nSlots / 2) * (comm->slotBytes / plan->eltSize);
-  for (int c = 0; c < args.nChannels; c++) args.ringRanks[c] = comm->channels[c].ringRanks;
+  args.nChannels = choice.nChannels;
+  args.proto = choice.proto;
+  /* A send step carries at most the protocol's step size, and never more than half the FIFO, so that
+   * neighbours sending to each other never block. */
+  size_t fifoHalf = (size_t)(comm->nSlots / 2) * (comm->slotBytes / plan->eltSize);
+  args.chunkElems = choice.chunkBytes / plan->eltSize;
+  if (args.chunkElems > fifoHalf) args.chunkElems = fifoHalf;
+  if (args.chunkElems < 1) args.chunkElems = 1;
+  for (int c = 0; c < args.nChannels; c++) {
+    COMMCHECKGOTO(commChannelEnsure(comm, c), res, fail);
+    args.ringRanks[c] = comm->channels[c].ringRanks;
+  }
   args.nNodes = comm->nNodes;
   args.nodeOf = comm->rankNode;
-  args.proto = commProtoSimple;
-  const char* algo = "Ring";
-  if (t->func == commFuncAllToAll) {
-    algo = "Pairwise";
-    COMMCHECKGOTO(commAllToAllBuild(&args, &plan->sched), res, fail);
-  } else if (t->func == commFuncAllReduce && comm->nRanks > 1 && comm->nRanks <= COMM_ONESHOT_MAX_RANKS &&
-             t->count * plan->eltSize <= comm->oneShotMaxBytes) {
-    algo = "OneShot";
-    args.nChannels = 1;
-    COMMCHECKGOTO(commOneShotBuild(&args, &plan->sched), res, fail);
-  } else {
-    COMMCHECKGOTO(commRingBuild(&args, &plan->sched), res, fail);
+  commSchedBuilder_t build = commAlgoBuilder(choice.algo, t->func);
+  if (build == NULL) {
+    WARN("%s: the tuner chose %s, which does not implement it", commFuncName(t->func), commAlgoName(choice.algo));
+    res = commInternalError;
+    goto fail;
   }
+  COMMCHECKGOTO(build(&args, &plan->sched), res, fail);
   if (plan->sched.nBufs > COMM_BUF_USER0) {
     WARN("%s: schedule refers to %d buffers", commFuncName(t->func), plan->sched.nBufs);
     res = commInternalError;
     goto fail;
   }
-  INFO(COMM_COLL, "%s: opCount %llu sendbuff %p recvbuff %p count %zu datatype %s op %s root %d comm %p "
-       "[nranks=%d] - algo %s proto Simple channels %d chunk %zu B",
+  INFO(COMM_COLL | COMM_TUNE,
+       "%s: opCount %llu sendbuff %p recvbuff %p count %zu datatype %s op %s root %d comm %p [nranks=%d] - "
+       "algo %s proto %s channels %d chunk %zu B predicted %.1f us",
        commFuncName(t->func), (unsigned long long)plan->opCount, t->sendbuff, t->recvbuff, t->count,
        commTypeName(t->dtype), isReductionFunc(t->func) ? commOpName(t->op) : "none", t->root, (void*)comm,
-       comm->nRanks, algo, args.nChannels, comm->slotBytes);
+       comm->nRanks, commAlgoName(choice.algo), commProtoName(choice.proto), plan->sched.nChannels,
+       args.chunkElems * plan->eltSize, choice.predictedUs);
   *out = plan;
   return commSuccess;
 fail:
@@ -193,16 +186,9 @@ static commResult_t buildCommPlans(commComm* comm, commTask* tasks, commPlan*** 
     COMMCHECKGOTO(buildP2pPlan(comm, tasks, nP2p, &plans[n]), res, fail);
     n++;
   }
-  /* A schedule uses only channels the communicator set up; list the connections still missing. */
-  for (int p = 0; p < n; p++) {
-    if (plans[p]->sched.nChannels > comm->nChannels) {
-      WARN("%s: schedule uses %d channels, communicator has %d", commFuncName(plans[p]->func),
-           plans[p]->sched.nChannels, comm->nChannels);
-      res = commInternalError;
-      goto fail;
-    }
-    COMMCHECKGOTO(collectConnections(comm, plans[p], &reqs, &nReqs, &cap), res, fail);
-  }
+  /* List the connections still missing (channels beyond COMM_NCHANNELS get their tables on first use:
+   * the double binary tree always uses two). */
+  for (int p = 0; p < n; p++) COMMCHECKGOTO(collectConnections(comm, plans[p], &reqs, &nReqs, &cap), res, fail);
   *plansOut = plans;
   *nPlansOut = n;
   *reqsOut = reqs;

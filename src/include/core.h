@@ -16,8 +16,6 @@
 #define COMM_MAGIC_DEAD 0xdeadbeefdeadbeefull
 
 #define COMM_HOSTNAME_MAX 64
-/* One-shot allreduce sends (n-1) copies of the data from each rank: only for small communicators. */
-#define COMM_ONESHOT_MAX_RANKS 16
 
 /* What each rank tells the others at init. */
 typedef struct {
@@ -76,6 +74,7 @@ struct commComm {
   commConn** netConns; /* connections whose transport needs progress */
   int nNetConns, netConnsCap;
   struct commNetState* net;
+  struct commTuner* tuner; /* src/tune: algorithm choice per call */
 
   /* Reduction operators made by commRedOpCreatePreMulSum: op value = commNumOps + index. */
   commUserRedOp userOps[COMM_MAX_USER_REDOPS];

@@ -136,6 +136,8 @@ commResult_t commP2pBuild(int rank, int nRanks, const commP2pOp* ops, int nOps, 
 /* algorithms/oneshot.c: small-message allreduce, every rank exchanges its input with every other rank and
  * reduces locally in rank order (one channel). */
 commResult_t commOneShotBuild(const commCollArgs* args, commSchedule* out);
+/* One-shot allreduce sends (n-1) copies of the data from each rank: only for small communicators. */
+#define COMM_ONESHOT_MAX_RANKS 16
 
 /* algorithms/tree.c: double binary tree allreduce (tree 0 on even channels, tree 1 on odd ones, half of
  * the data each), single-tree pipelined reduce and broadcast rooted at args->root. */

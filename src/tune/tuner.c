@@ -1,0 +1,283 @@
+/* The tuner of a communicator: COMM_ALGO / COMM_PROTO, the tuner plugin, and the choice per call.
+ *
+ * Per collective it prices every algorithm x protocol the collective may use with the cost model
+ * (model.c), lets the plugin (COMM_TUNER_PLUGIN) edit the table, and takes the cheapest entry. Every input
+ * is the same on every rank (the call's arguments, the communicator's shape, the environment), so every
+ * rank makes the same choice without talking to the others. */
+#include <ctype.h>
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "debug.h"
+#include "param.h"
+#include "tune.h"
+#include "utils.h"
+
+/* ---------------------------------------------------------------- COMM_ALGO / COMM_PROTO */
+
+static const char* const funcKeys[commNumFuncs] = {"allreduce", "broadcast", "reduce", "allgather",
+                                                   "reducescatter", "alltoall", "sendrecv"};
+static const char* const algoKeys[commNumAlgos] = {"ring", "tree", "colltree", "pat", "oneshot", "pairwise"};
+static const char* const protoKeys[commNumProtos] = {"ll", "simple"};
+
+/* Index of the name s[0..len) in keys (case-insensitive), or -1. */
+static int lookup(const char* const* keys, int nKeys, const char* s, size_t len) {
+  for (int i = 0; i < nKeys; i++)
+    if (strlen(keys[i]) == len && strncasecmp(keys[i], s, len) == 0) return i;
+  return -1;
+}
+
+static int tunedFunc(int f) { return f != commFuncSendRecv; }
+
+/* Does choice i (algorithm or protocol) exist for f? Protocols exist for every tuned collective. */
+static int supports(int isAlgo, int i, int f) {
+  return isAlgo ? commAlgoBuilder(i, (commFunc_t)f) != NULL : tunedFunc(f);
+}
+
+static void trim(const char** s, const char** e) {
+  while (*s < *e && isspace((unsigned char)**s)) (*s)++;
+  while (*e > *s && isspace((unsigned char)(*e)[-1])) (*e)--;
+}
+
+/* One "[func:][^]name,name" item. */
+static void parseItem(const char* var, int isAlgo, const char* s, const char* e, uint32_t allow[commNumFuncs]) {
+  const char* const* keys = isAlgo ? algoKeys : protoKeys;
+  const int nKeys = isAlgo ? commNumAlgos : commNumProtos;
+  const char* (*nameOf)(int) = isAlgo ? commAlgoName : commProtoName;
+  trim(&s, &e);
+  if (s == e) return;
+  int func = -1;
+  const char* colon = memchr(s, ':', (size_t)(e - s));
+  if (colon) {
+    const char* fs = s;
+    const char* fe = colon;
+    trim(&fs, &fe);
+    func = lookup(funcKeys, commNumFuncs, fs, (size_t)(fe - fs));
+    if (func < 0 || !tunedFunc(func)) {
+      WARN("%s: unknown collective '%.*s' in '%.*s' (allreduce, broadcast, reduce, allgather, reducescatter, "
+           "alltoall): item ignored",
+           var, (int)(fe - fs), fs, (int)(e - s), s);
+      return;
+    }
+    s = colon + 1;
+    trim(&s, &e);
+  }
+  int exclude = 0;
+  if (s < e && *s == '^') {
+    exclude = 1;
+    s++;
+  }
+  uint32_t listed = 0;
+  while (s < e) {
+    const char* comma = memchr(s, ',', (size_t)(e - s));
+    const char* ne = comma ? comma : e;
+    const char* ns = s;
+    trim(&ns, &ne);
+    if (ns < ne) {
+      int i = lookup(keys, nKeys, ns, (size_t)(ne - ns));
+      if (i < 0) {
+        WARN("%s: unknown %s '%.*s': ignored", var, isAlgo ? "algorithm" : "protocol", (int)(ne - ns), ns);
+      } else if (func >= 0 && !supports(isAlgo, i, func)) {
+        WARN("%s: %s does not implement %s: ignored", var, nameOf(i), commFuncName((commFunc_t)func));
+      } else {
+        listed |= 1u << i;
+      }
+    }
+    s = comma ? comma + 1 : e;
+  }
+  if (listed == 0) return;
+  for (int f = 0; f < commNumFuncs; f++) {
+    if (!tunedFunc(f) || (func >= 0 && f != func)) continue;
+    uint32_t mine = 0; /* what the list means for f: only the choices f has */
+    for (int i = 0; i < nKeys; i++)
+      if ((listed >> i & 1u) && supports(isAlgo, i, f)) mine |= 1u << i;
+    if (mine == 0) continue; /* a global item naming nothing f can run leaves f alone */
+    uint32_t next = exclude ? allow[f] & ~mine : mine;
+    if (next == 0) {
+      WARN("%s: '%s' leaves %s nothing to run: ignored for it", var, exclude ? "exclusion" : "choice",
+           commFuncName((commFunc_t)f));
+      continue;
+    }
+    allow[f] = next;
+  }
+}
+
+static void parseSpec(const char* var, int isAlgo, const char* spec, uint32_t allow[commNumFuncs]) {
+  const int nKeys = isAlgo ? commNumAlgos : commNumProtos;
+  for (int f = 0; f < commNumFuncs; f++) {
+    allow[f] = 0;
+    for (int i = 0; i < nKeys; i++)
+      if (supports(isAlgo, i, f)) allow[f] |= 1u << i;
+  }
+  if (spec == NULL) return;
+  const char* s = spec;
+  const char* end = spec + strlen(spec);
+  while (s < end) {
+    const char* semi = memchr(s, ';', (size_t)(end - s));
+    const char* e = semi ? semi : end;
+    parseItem(var, isAlgo, s, e, allow);
+    s = semi ? semi + 1 : end;
+  }
+}
+
+void commTuneParseAlgo(const char* spec, uint32_t allow[commNumFuncs]) { parseSpec("COMM_ALGO", 1, spec, allow); }
+void commTuneParseProto(const char* spec, uint32_t allow[commNumFuncs]) { parseSpec("COMM_PROTO", 0, spec, allow); }
+
+/* ---------------------------------------------------------------- tuner plugin */
+
+static void pluginLogger(commTunerLogLevel_t level, const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  if (level == COMM_TUNER_LOG_WARN) WARN("TUNER plugin: %s", buf);
+  else INFO(COMM_TUNE, "TUNER plugin: %s", buf);
+}
+
+static void loadPlugin(commTuner* t, int nRanks, int nNodes) {
+  const char* name = commParamStr("COMM_TUNER_PLUGIN", NULL);
+  if (name == NULL || name[0] == '\0') return;
+  void* h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  if (!h && !strchr(name, '/')) {
+    char alt[300];
+    snprintf(alt, sizeof(alt), "libcomm-tuner-%s.so", name);
+    h = dlopen(alt, RTLD_NOW | RTLD_LOCAL);
+  }
+  if (!h) {
+    WARN("TUNER : cannot load COMM_TUNER_PLUGIN=%s: %s; using the built-in cost model only", name, dlerror());
+    return;
+  }
+  const commTuner_v1_t* p = (const commTuner_v1_t*)dlsym(h, COMM_TUNER_PLUGIN_SYMBOL);
+  if (!p || !p->getCollInfo) {
+    WARN("TUNER : %s does not export %s (with getCollInfo); using the built-in cost model only", name,
+         COMM_TUNER_PLUGIN_SYMBOL);
+    dlclose(h);
+    return;
+  }
+  void* ctx = NULL;
+  if (p->init && p->init((size_t)nRanks, (size_t)nNodes, pluginLogger, &ctx) != commSuccess) {
+    WARN("TUNER : plugin %s failed to initialise; using the built-in cost model only", p->name ? p->name : name);
+    dlclose(h);
+    return;
+  }
+  t->pluginHandle = h;
+  t->plugin = p;
+  t->pluginContext = ctx;
+  INFO(COMM_TUNE | COMM_INIT, "TUNER : using plugin %s (%s)", p->name ? p->name : "?", name);
+}
+
+/* ---------------------------------------------------------------- per communicator */
+
+commResult_t commTunerInit(struct commComm* comm) {
+  commTuner* t;
+  COMMCHECK(commCalloc(&t, 1, sizeof(*t)));
+  int maxLocal = 1;
+  for (int node = 0; node < comm->nNodes; node++) {
+    int k = 0;
+    for (int r = 0; r < comm->nRanks; r++) k += comm->rankNode[r] == node;
+    if (k > maxLocal) maxLocal = k;
+  }
+  commTuneModelInit(&t->model, comm->nRanks, comm->nNodes, maxLocal, comm->shmDisable ? COMM_LINK_NET : COMM_LINK_SHM,
+                    COMM_LINK_NET, (size_t)(comm->nSlots / 2) * comm->slotBytes, comm->nChannels);
+  commTuneParseAlgo(commParamStr("COMM_ALGO", NULL), t->allowAlgo);
+  commTuneParseProto(commParamStr("COMM_PROTO", NULL), t->allowProto);
+  loadPlugin(t, comm->nRanks, comm->nNodes);
+  comm->tuner = t;
+  return commSuccess;
+}
+
+void commTunerFree(struct commComm* comm) {
+  commTuner* t = comm->tuner;
+  if (!t) return;
+  if (t->plugin) {
+    if (t->plugin->destroy) t->plugin->destroy(t->pluginContext);
+    dlclose(t->pluginHandle);
+  }
+  free(t);
+  comm->tuner = NULL;
+}
+
+static const commTunerFunc_t tunerFuncOf[commNumFuncs] = {
+    COMM_TUNER_FUNC_ALLREDUCE, COMM_TUNER_FUNC_BROADCAST,     COMM_TUNER_FUNC_REDUCE,   COMM_TUNER_FUNC_ALLGATHER,
+    COMM_TUNER_FUNC_REDUCESCATTER, COMM_TUNER_FUNC_ALLTOALL, COMM_TUNER_FUNC_ALLTOALL};
+
+_Static_assert((int)COMM_TUNER_NUM_ALGOS == (int)commNumAlgos, "tuner plugin rows must match the algorithms");
+_Static_assert((int)COMM_TUNER_NUM_PROTOS == (int)commNumProtos, "tuner plugin columns must match the protocols");
+
+/* Can this communicator run algo for this call at all? (beyond the algorithm implementing func) */
+static int runnable(const struct commComm* comm, int algo, commFunc_t func, size_t nBytes) {
+  if (commAlgoBuilder(algo, func) == NULL) return 0;
+  if (algo == commAlgoOneShot)
+    return comm->nRanks <= COMM_ONESHOT_MAX_RANKS && nBytes <= comm->oneShotMaxBytes;
+  return 1;
+}
+
+commResult_t commTuneChoose(struct commComm* comm, commFunc_t func, size_t count, size_t eltSize, commTuneChoice* out) {
+  commTuner* t = comm->tuner;
+  if (!t || func < 0 || func >= commNumFuncs || !tunedFunc(func)) {
+    WARN("commTuneChoose: no tuner or not a collective (%d)", (int)func);
+    return commInternalError;
+  }
+  const commTuneModel* m = &t->model;
+  size_t nBytes = count * eltSize;
+  if (func == commFuncAllGather || func == commFuncReduceScatter || func == commFuncAllToAll) nBytes *= (size_t)comm->nRanks;
+  float table[COMM_TUNER_NUM_ALGOS][COMM_TUNER_NUM_PROTOS];
+  int filled = 0;
+  for (int pass = 0; pass < 2 && !filled; pass++) {
+    /* Pass 1 only when COMM_ALGO allows nothing that can run this call (oneshot above its size cap):
+     * then every algorithm is a candidate again. */
+    if (pass == 1)
+      INFO(COMM_TUNE, "TUNER : COMM_ALGO allows nothing that can run %s of %zu bytes here: choosing among all",
+           commFuncName(func), nBytes);
+    for (int a = 0; a < commNumAlgos; a++) {
+      for (int p = 0; p < commNumProtos; p++) {
+        table[a][p] = COMM_TUNER_UNSUPPORTED;
+        if ((pass == 0 && !(t->allowAlgo[func] >> a & 1u)) || !(t->allowProto[func] >> p & 1u)) continue;
+        if (!runnable(comm, a, func, nBytes)) continue;
+        int ch = commTuneChannels(m, func, a, nBytes);
+        double us = commTunePredict(m, func, a, p, nBytes, ch, commTuneChunkBytes(m, p), NULL);
+        if (us >= 0) {
+          table[a][p] = (float)us;
+          filled = 1;
+        }
+      }
+    }
+  }
+  int pluginChannels = 0;
+  if (t->plugin) {
+    int ch = 0;
+    commResult_t res = t->plugin->getCollInfo(t->pluginContext, tunerFuncOf[func], nBytes, table, &ch);
+    if (res != commSuccess) WARN("TUNER : plugin getCollInfo failed (%d): its edits are used as they are", (int)res);
+    if (ch >= 1 && ch <= COMM_MAX_CHANNELS) pluginChannels = ch;
+  }
+  int best = -1, bestProto = -1;
+  for (int a = 0; a < commNumAlgos; a++) {
+    if (!runnable(comm, a, func, nBytes)) continue; /* whatever the plugin says */
+    for (int p = 0; p < commNumProtos; p++) {
+      if (!(table[a][p] >= 0)) continue; /* negative or NaN: not a choice */
+      if (best < 0 || table[a][p] < table[best][bestProto]) {
+        best = a;
+        bestProto = p;
+      }
+    }
+  }
+  if (best < 0) {
+    /* Every entry disabled (by the plugin): the collective still has to run. */
+    best = func == commFuncAllToAll ? commAlgoPairwise : commAlgoRing;
+    bestProto = commProtoSimple;
+    WARN("TUNER : no algorithm left for %s of %zu bytes; running %s", commFuncName(func), nBytes, commAlgoName(best));
+  }
+  out->algo = best;
+  out->proto = bestProto;
+  out->nChannels = pluginChannels ? pluginChannels : commTuneChannels(m, func, best, nBytes);
+  out->chunkBytes = commTuneChunkBytes(m, bestProto);
+  out->predictedUs = table[best][bestProto] >= 0 ? table[best][bestProto]
+                                                  : commTunePredict(m, func, best, bestProto, nBytes, out->nChannels,
+                                                                    out->chunkBytes, NULL);
+  return commSuccess;
+}
