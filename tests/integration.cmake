@@ -53,6 +53,28 @@ comm_it_test(mp_colls.smallbuf.np3 COMMAND mp_colls -w 200 -np 3
 comm_it_test(mp_colls.socket.smallbuf.np3 COMMAND mp_colls -w 200 -np 3
   ENV "COMM_BUFFSIZE=65536;COMM_NCHANNELS=3;COMM_SHM_DISABLE=1;COMM_SOCKET_INLINE=0" LABELS mp)
 
+# Every algorithm, forced with COMM_ALGO, for every collective it implements (the log must show it ran,
+# and mp_colls checks every result against a host reference). -rph K: K ranks per (fake) host, so the
+# hierarchical algorithm has nodes (shm within, sockets across).
+set(COMM_ALGO_CHECK ${COMM_IT_DIR}/algo_check.sh $<TARGET_FILE:mp_colls>)
+comm_it_test(algo.ring.np4 COMMAND ${COMM_ALGO_CHECK} ring AllReduce,Broadcast,Reduce,AllGather,ReduceScatter
+  -w 200 -np 4 LABELS "mp;algo")
+comm_it_test(algo.tree.np2 COMMAND ${COMM_ALGO_CHECK} tree AllReduce,Broadcast,Reduce -w 200 -np 2 LABELS "mp;algo")
+comm_it_test(algo.tree.np5 COMMAND ${COMM_ALGO_CHECK} tree AllReduce,Broadcast,Reduce -w 200 -np 5 LABELS "mp;algo")
+comm_it_test(algo.tree.ll.np3 COMMAND ${COMM_ALGO_CHECK} tree AllReduce,Broadcast,Reduce -w 200 -np 3
+  ENV "COMM_PROTO=ll" LABELS "mp;algo")
+comm_it_test(algo.colltree.np6.rph2 COMMAND ${COMM_ALGO_CHECK} colltree AllReduce,Broadcast,Reduce
+  -w 240 -np 6 -rph 2 LABELS "mp;algo;heavy")
+comm_it_test(algo.colltree.np5.rph3 COMMAND ${COMM_ALGO_CHECK} colltree AllReduce,Broadcast,Reduce
+  -w 240 -np 5 -rph 3 ENV "COMM_NCHANNELS=2" LABELS "mp;algo")
+comm_it_test(algo.colltree.np4 COMMAND ${COMM_ALGO_CHECK} colltree AllReduce,Broadcast,Reduce -w 200 -np 4
+  LABELS "mp;algo")
+comm_it_test(algo.pat.np3 COMMAND ${COMM_ALGO_CHECK} pat AllGather,ReduceScatter -w 200 -np 3 LABELS "mp;algo")
+comm_it_test(algo.pat.np8 COMMAND ${COMM_ALGO_CHECK} pat AllGather,ReduceScatter -w 240 -np 8 LABELS "mp;algo;heavy"
+  SERIAL)
+comm_it_test(algo.oneshot.np3 COMMAND ${COMM_ALGO_CHECK} oneshot AllReduce -w 200 -np 3
+  ENV "COMM_ALLREDUCE_ONESHOT_MAX=1G" LABELS "mp;algo")
+
 # Argument validation: errors, WARNs, buffers untouched.
 comm_it_test(test_args COMMAND test_args LABELS "args;threads")
 
@@ -66,6 +88,11 @@ comm_it_test(test_sender_leaves COMMAND test_sender_leaves LABELS net)
 # Two hosts: two network namespaces joined by a veth pair, 2 ranks in each (needs root; else skipped).
 comm_it_test(two_hosts COMMAND ${COMM_IT_DIR}/two_hosts.sh $<TARGET_FILE:mp_colls> LABELS "twohost;heavy" SERIAL)
 set_tests_properties(integration.two_hosts PROPERTIES SKIP_RETURN_CODE 77)
+
+# The algorithms across namespace hosts (2 x 2 ranks, 2 NICs each), forced one by one (needs root).
+comm_it_test(cluster_algos COMMAND ${COMM_IT_DIR}/cluster_algos.sh $<TARGET_FILE:mp_colls> LABELS "twohost;heavy;algo"
+  SERIAL)
+set_tests_properties(integration.cluster_algos PROPERTIES SKIP_RETURN_CODE 77)
 
 # Launcher-style start on this host (COMM_ROOT, COMM_RANK, COMM_NRANKS, zero id), and a rank with the
 # wrong COMM_ROOT_SECRET turned away.

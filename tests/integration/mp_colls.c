@@ -564,13 +564,14 @@ static void* threadMain(void* a) {
 }
 
 static int usage(void) {
-  fprintf(stderr, "usage: mp_colls -np N [-t | -g | -G] [-nb] [-q] [-v] [-w seconds]\n"
+  fprintf(stderr, "usage: mp_colls -np N [-t | -g | -G] [-nb] [-q] [-v] [-w seconds] [-rph ranks-per-host]\n"
+                  "       (-rph K: forked rank r takes COMM_HOSTID=mp_colls-host-(r/K): K ranks per fake host)\n"
                   "       COMM_RANK=r COMM_NRANKS=n [COMM_ROOT=host:port] mp_colls [-q] [-v]\n");
   return 2;
 }
 
 int main(int argc, char** argv) {
-  int threads = 0, group = 0, watchdog = 290;
+  int threads = 0, group = 0, watchdog = 290, ranksPerHost = 0;
   N = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-np") && i + 1 < argc) N = atoi(argv[++i]);
@@ -581,6 +582,7 @@ int main(int argc, char** argv) {
     else if (!strcmp(argv[i], "-nb")) nonblocking = 1;
     else if (!strcmp(argv[i], "-v")) verbose = 1;
     else if (!strcmp(argv[i], "-w") && i + 1 < argc) watchdog = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "-rph") && i + 1 < argc) ranksPerHost = atoi(argv[++i]);
     else return usage();
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -618,7 +620,8 @@ int main(int argc, char** argv) {
     printf("mp_colls: rank %d: %s\n", rank, fails ? "FAIL" : "PASS");
     return fails ? 1 : 0;
   }
-  if (N < 1 || N > 64 || (threads && group)) return usage();
+  if (N < 1 || N > 64 || (threads && group) || ranksPerHost < 0 || (ranksPerHost && (threads || group)))
+    return usage();
   buildCases();
   buildBatches();
   printf("mp_colls: %d ranks (%s), %zu cases per rank\n", N, group ? "one thread, groups" : threads ? "threads" : "processes", ncases);
@@ -684,6 +687,12 @@ int main(int argc, char** argv) {
             got += (size_t)n;
           }
           close(fds[0]);
+          if (ranksPerHost > 0) {
+            /* Pretend to be on host r / ranksPerHost: shm within a "host", the network across. */
+            char host[64];
+            snprintf(host, sizeof(host), "mp_colls-host-%d", r / ranksPerHost);
+            setenv("COMM_HOSTID", host, 1);
+          }
           comm_t comm = NULL;
           commResult_t res = initRank(&comm, N, id, r);
           if (res != commSuccess) {
