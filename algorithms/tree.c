@@ -2,9 +2,11 @@
  *
  * Trees (algorithms/tree_shape.c):
  *  - allreduce uses the double binary tree: tree 0 (commDoubleTree(n, 0, ...)) on the even channels, tree 1
- *    on the odd ones. The channel count is args->nChannels rounded up to even (at least 2, at most
- *    COMM_MAX_CHANNELS), so half of the data goes through each tree; as every rank is interior in at most
- *    one tree, every rank moves about the same number of bytes.
+ *    on the odd ones. The channel count is args->nChannels rounded up to even (at most COMM_MAX_CHANNELS),
+ *    so half of the data goes through each tree; as every rank is interior in at most one tree, every rank
+ *    moves about the same number of bytes. With one channel, tree 0 alone carries everything: for
+ *    latency-bound sizes that halves the steps each rank runs (the tuner asks for it below 64 KiB per
+ *    rank), at the price of the interior ranks' bandwidth.
  *  - reduce and broadcast use one bit tree over positions (rank - root + n) % n, rooted at args->root, the
  *    same on all args->nChannels channels.
  *
@@ -250,7 +252,7 @@ commResult_t commTreeBuild(const commCollArgs* a, commSchedule* out) {
     return commInvalidArgument;
   }
   int nCh = a->nChannels;
-  if (a->func == commFuncAllReduce) nCh = nCh < 2 ? 2 : nCh + nCh % 2; /* COMM_MAX_CHANNELS is even */
+  if (a->func == commFuncAllReduce && nCh > 1) nCh += nCh % 2; /* COMM_MAX_CHANNELS is even */
   COMMCHECK(commSchedInit(out, nCh));
 
   /* Reduce: a non-root rank with two children keeps one chunk of partial sums per channel in scratch. */

@@ -10,6 +10,7 @@
 #include "tune.h"
 #include "enqueue.h"
 #include "param.h"
+#include "socket.h"
 #include "topo.h"
 #include "utils.h"
 
@@ -169,6 +170,14 @@ static void fillPeerInfo(struct commComm* comm, commPeerInfo* info) {
   info->cudaDev = comm->cudaDev;
   info->hostHash = commHostHash();
   info->busId = -1;
+  /* The interface the socket transport would use (same choice as bootstrap: COMM_SOCKET_IFNAME): ranks of
+   * a node on different interfaces mean several NICs, which the tuner counts. */
+  char ifName[COMM_IFNAME_MAX], addrStr[128];
+  commSockAddr ifAddr;
+  if (commSocketFindInterface(ifName, &ifAddr) == commSuccess) {
+    commSocketAddrStr(&ifAddr, addrStr, sizeof(addrStr));
+    info->netIfHash = commHashBytes(addrStr, strlen(addrStr), commHashBytes(ifName, strlen(ifName), 1));
+  }
   if (gethostname(info->hostname, sizeof(info->hostname)) != 0) snprintf(info->hostname, sizeof(info->hostname), "?");
   info->hostname[sizeof(info->hostname) - 1] = '\0';
 }

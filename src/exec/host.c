@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "exec.h"
 #include "utils.h"
@@ -358,8 +359,13 @@ commResult_t commExecHostProgress(commPlan* plan, int* done) {
 commResult_t commExecHostRun(commPlan** plans, int nPlans) {
   commResult_t res = commSuccess;
   commBackoff backoff = {0};
-  int netWaits = 0;
-  for (int i = 0; i < nPlans; i++) netWaits |= plans[i]->comm->nNetConns > 0;
+  int netWaits = 0, oversubscribed = 0;
+  static long nCpus = 0;
+  if (nCpus == 0) nCpus = sysconf(_SC_NPROCESSORS_ONLN);
+  for (int i = 0; i < nPlans; i++) {
+    netWaits |= plans[i]->comm->nNetConns > 0;
+    oversubscribed |= plans[i]->comm->localRanks > nCpus;
+  }
   for (;;) {
     int allDone = 1, progressed = 0;
     for (int i = 0; i < nPlans; i++) {
@@ -384,9 +390,10 @@ commResult_t commExecHostRun(commPlan** plans, int nPlans) {
     if (allDone) break;
     if (progressed) {
       commBackoffReset(&backoff);
-    } else if (netWaits) {
+    } else if (netWaits || oversubscribed) {
       /* Polling sockets in a tight loop starves the kernel's delivery of the very packets we wait for (on
-       * 2 cores: 23 us per 8-byte hop spinning, 7 us yielding between polls); give the core away. */
+       * 2 cores: 23 us per 8-byte hop spinning, 7 us yielding between polls); and with more ranks on this
+       * host than cores, the rank we wait for may need this very core. Give it away at once. */
       sched_yield();
     } else {
       commBackoffWait(&backoff);

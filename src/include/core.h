@@ -24,6 +24,7 @@ typedef struct {
   int cudaDev;      /* -1: host-only rank */
   int pad;
   uint64_t hostHash;  /* ranks with the same hostHash form a node */
+  uint64_t netIfHash; /* the network interface this rank uses (name and address); 0 if none */
   int64_t busId;      /* PCI bus id of the GPU, -1 if none */
   char hostname[COMM_HOSTNAME_MAX];
 } commPeerInfo;

@@ -98,6 +98,7 @@ typedef struct {
 
 struct commComm;
 commResult_t commTunerInit(struct commComm* comm);
+int commTuneNicsPerNode(const struct commComm* comm);
 void commTunerFree(struct commComm* comm);
 /* The algorithm for a collective (not point-to-point). Same answer on every rank. */
 commResult_t commTuneChoose(struct commComm* comm, commFunc_t func, size_t count, size_t eltSize, commTuneChoice* out);

@@ -67,9 +67,18 @@ int commTuneChannels(const commTuneModel* m, commFunc_t func, int algo, size_t n
   if (n < 1) n = 1;
   if (n > (size_t)m->maxChannels) n = (size_t)m->maxChannels;
   int c = (int)n;
-  /* The double binary tree (flat, or across nodes) has one tree per channel parity: use both. */
-  if (func == commFuncAllReduce && (algo == commAlgoTree || (algo == commAlgoCollTree && m->nNodes > 1)))
+  /* The double binary tree (flat, or across nodes) has one tree per channel parity: use both. CollTree
+   * gives each leader both trees (channels 2j, 2j+1): two leaders per node spread the network traffic
+   * over two ranks (and NICs, where a node has several) until the topology says how many there are. */
+  /* Tree allreduce: one tree on one channel while latency rules, both trees (an even number of channels,
+   * beyond COMM_NCHANNELS if need be) once a rank has bandwidth-sized data. */
+  if (func == commFuncAllReduce && algo == commAlgoTree && perRank >= TUNE_MIN_BYTES_PER_CHANNEL)
     c = c < 2 ? 2 : c + (c & 1);
+  if (func == commFuncAllReduce && algo == commAlgoCollTree && m->nNodes > 1) {
+    int want = 2 * (m->maxLocalRanks < 2 ? 1 : 2);
+    if (c < want) c = want;
+    c += c & 1;
+  }
   if (c > COMM_MAX_CHANNELS) c = COMM_MAX_CHANNELS - (COMM_MAX_CHANNELS & 1);
   return c;
 }
@@ -111,8 +120,8 @@ static int describe(const commTuneModel* m, commFunc_t func, int algo, double B,
   if (n == 1) return 1; /* a local copy: the call's fixed cost */
   switch (algo) {
     case commAlgoRing: {
-      /* Node-aware ring: each channel's ring leaves a node once, so a node's NICs carry what one rank
-       * sends, split over the channels' crossing ranks. */
+      /* Node-aware ring: each channel's ring leaves a node once, so a node's NIC carries what one rank
+       * sends. */
       int perRankBlocks = func == commFuncAllReduce || func == commFuncAllGather || func == commFuncReduceScatter;
       double perStep = perRankBlocks ? B / (nn * nChannels) : B / nChannels;
       c->chunk = minD(c->chunk, perStep > 1 ? perStep : 1);
@@ -137,7 +146,8 @@ static int describe(const commTuneModel* m, commFunc_t func, int algo, double B,
         c->fillStages[intra] += stages * (1.0 - crossing);
       }
       c->bytes[intra] = sent;
-      if (multi) c->bytes[inter] = perNic(m, sent, nChannels);
+      /* Every channel's ring leaves a node from the same rank (one order for all channels), so one NIC. */
+      if (multi) c->bytes[inter] = perNic(m, sent, 1);
       c->reduced = func == commFuncAllReduce || func == commFuncReduceScatter ? (nn - 1) / nn * B
                    : func == commFuncReduce                                   ? B
                                                                               : 0;
@@ -146,7 +156,8 @@ static int describe(const commTuneModel* m, commFunc_t func, int algo, double B,
     case commAlgoTree: {
       c->chunk = minD(c->chunk, B / nChannels > 1 ? B / nChannels : 1);
       int ways = func == commFuncAllReduce ? 2 : 1;
-      int depth = func == commFuncAllReduce ? dbtDepth(n) : commBitTreeDepth(n);
+      int single = func != commFuncAllReduce || nChannels == 1; /* one bit tree (allreduce on one channel) */
+      int depth = single ? commBitTreeDepth(n) : dbtDepth(n);
       int interDepth = multi ? commBitTreeDepth(N) : 0;
       if (interDepth > depth) interDepth = depth;
       c->stages[intra] = c->fillStages[intra] = (double)ways * (depth - interDepth);
@@ -154,7 +165,8 @@ static int describe(const commTuneModel* m, commFunc_t func, int algo, double B,
       c->fillStages[inter] += (double)ways * interDepth;
       /* allreduce: interior in one tree (reduce two children's halves, send up, send down to two children),
        * leaf in the other: 2B sent, B reduced. broadcast: to two children. reduce: once up, two reductions. */
-      double sent = func == commFuncReduce ? B : 2.0 * B;
+      /* One tree for everything: an interior rank sends it up once and down twice. */
+      double sent = func == commFuncReduce ? B : (func == commFuncAllReduce && single) ? 3.0 * B : 2.0 * B;
       c->bytes[intra] = sent;
       /* Across nodes, a node's ranks are interior and leaf at once: its NIC carries 1.5x one rank's bytes
        * (tools/comm_sim: 3B for allreduce at 1024 ranks, 8 per node). */

@@ -173,6 +173,25 @@ static void loadPlugin(commTuner* t, int nRanks, int nNodes) {
 
 /* ---------------------------------------------------------------- per communicator */
 
+/* NICs per node, until the topology knows: the fewest distinct network interfaces the ranks of any node
+ * use (each rank reports the interface the socket transport would take). Same on every rank. */
+int commTuneNicsPerNode(const struct commComm* comm) {
+  int fewest = 0;
+  for (int node = 0; node < comm->nNodes; node++) {
+    int distinct = 0;
+    for (int r = 0; r < comm->nRanks; r++) {
+      if (comm->rankNode[r] != node || comm->peers == NULL || comm->peers[r].netIfHash == 0) continue;
+      int seen = 0;
+      for (int q = 0; q < r && !seen; q++)
+        seen = comm->rankNode[q] == node && comm->peers[q].netIfHash == comm->peers[r].netIfHash;
+      distinct += !seen;
+    }
+    if (distinct < 1) distinct = 1;
+    if (fewest == 0 || distinct < fewest) fewest = distinct;
+  }
+  return fewest < 1 ? 1 : fewest;
+}
+
 commResult_t commTunerInit(struct commComm* comm) {
   commTuner* t;
   COMMCHECK(commCalloc(&t, 1, sizeof(*t)));
@@ -184,6 +203,9 @@ commResult_t commTunerInit(struct commComm* comm) {
   }
   commTuneModelInit(&t->model, comm->nRanks, comm->nNodes, maxLocal, comm->shmDisable ? COMM_LINK_NET : COMM_LINK_SHM,
                     COMM_LINK_NET, (size_t)(comm->nSlots / 2) * comm->slotBytes, comm->nChannels);
+  t->model.nicsPerNode = commTuneNicsPerNode(comm);
+  INFO(COMM_TUNE | COMM_INIT, "TUNER : %d ranks, %d nodes, at most %d per node, %d NIC(s) per node; links intra=%s inter=net",
+       comm->nRanks, comm->nNodes, maxLocal, t->model.nicsPerNode, comm->shmDisable ? "net" : "shm");
   commTuneParseAlgo(commParamStr("COMM_ALGO", NULL), t->allowAlgo);
   commTuneParseProto(commParamStr("COMM_PROTO", NULL), t->allowProto);
   loadPlugin(t, comm->nRanks, comm->nNodes);

@@ -291,9 +291,9 @@ static int hasPeerOffNode(const commSchedule* s, int ch, int rank) {
   return 0;
 }
 
-/* On channel c the only rank of a node that talks to other nodes is its (c mod size)-th local rank; for reduce
- * and broadcast the root instead, on every channel. Here nodes are interleaved (round-robin), so local index
- * i of node v is rank v + i * nNodes. */
+/* On channel c the only rank of a node that talks to other nodes is its (c mod size)-th local rank (allreduce
+ * across nodes: its (c/2 mod size)-th, each leader running both trees); for reduce and broadcast the root instead, on every
+ * channel. Here nodes are interleaved (round-robin), so local index i of node v is rank v + i * nNodes. */
 static void test_leaders(void** state) {
   (void)state;
   const int n = 20, nCh = 4;
@@ -308,7 +308,8 @@ static void test_leaders(void** state) {
       assert_int_equal(commCollTreeBuild(&a, &s), commSuccess);
       for (int c = 0; c < nCh; c++) {
         int local = r / nn;
-        int leader = funcs[fi] != commFuncAllReduce && nodeOf[r] == nodeOf[a.root] ? r == a.root : local == c % 4;
+        int slot = funcs[fi] == commFuncAllReduce ? c / 2 : c;
+        int leader = funcs[fi] != commFuncAllReduce && nodeOf[r] == nodeOf[a.root] ? r == a.root : local == slot % 4;
         if (hasPeerOffNode(&s, c, r) != leader)
           fail_msg("%s rank %d channel %d: off-node peers %d, leader %d", commFuncName(funcs[fi]), r, c,
                    hasPeerOffNode(&s, c, r), leader);

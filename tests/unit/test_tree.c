@@ -140,8 +140,9 @@ static void test_shapes(void** state) {
   (void)state;
   commCollArgs a;
   commSchedule s;
-  /* Allreduce uses an even number of channels: 1 -> 2, 3 -> 4, 32 stays; reduce/broadcast keep theirs. */
-  int ask[4] = {1, 2, 3, COMM_MAX_CHANNELS}, got[4] = {2, 2, 4, COMM_MAX_CHANNELS};
+  /* Allreduce uses one tree on one channel, else an even number of channels: 3 -> 4, 32 stays;
+   * reduce/broadcast keep theirs. */
+  int ask[4] = {1, 2, 3, COMM_MAX_CHANNELS}, got[4] = {1, 2, 4, COMM_MAX_CHANNELS};
   for (int i = 0; i < 4; i++) {
     setArgs(&a, commFuncAllReduce, 6, 1000, ask[i], 0);
     assert_int_equal(commTreeBuild(&a, &s), commSuccess);
@@ -193,7 +194,7 @@ static void test_shapes(void** state) {
   /* n = 8, tree 0 (channel 0) is the bit tree on ranks: rank 4 is interior (children 2 and 6, parent 0, depth
    * 1: lookahead 2), rank 0 the root (one child, 4). Eight full chunks per channel (16 * CHUNK over 2
    * channels: enough chunks at depth 3 not to be cut smaller). */
-  setArgs(&a, commFuncAllReduce, 8, 16 * CHUNK, 1, 0);
+  setArgs(&a, commFuncAllReduce, 8, 16 * CHUNK, 2, 0);
   a.rank = 4;
   assert_int_equal(commTreeBuild(&a, &s), commSuccess);
   {
