@@ -307,6 +307,7 @@ static void freeComm(struct commComm* comm) {
   free(comm->netConns);
   free(comm->peers);
   free(comm->rankNode);
+  free(comm->scratch);
   comm->magic = COMM_MAGIC_DEAD;
   free(comm);
 }

@@ -7,15 +7,19 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "debug.h"
 #include "exec.h"
 #include "utils.h"
 
 #define CHECK_INTERVAL_NS 1000000LL /* ask transports whether a silent peer is still there */
 
-commResult_t commPlanPrepare(commPlan* plan) {
+commResult_t commPlanPrepare(commPlan* plan, void* scratch) {
   if (plan->sched.scratchElems > 0) {
-    COMMCHECK(commCalloc(&plan->scratch, plan->sched.scratchElems, plan->eltSize));
-    plan->bufs[COMM_BUF_SCRATCH] = plan->scratch;
+    if (scratch == NULL) {
+      WARN("%s needs %zu elements of scratch and got none", commFuncName(plan->func), plan->sched.scratchElems);
+      return commInternalError;
+    }
+    plan->bufs[COMM_BUF_SCRATCH] = scratch;
   }
   memset(plan->progress, 0, sizeof(plan->progress));
   plan->done = 0;
@@ -28,7 +32,6 @@ commResult_t commPlanPrepare(commPlan* plan) {
 void commPlanFree(commPlan* plan) {
   if (plan == NULL) return;
   commSchedFree(&plan->sched);
-  free(plan->scratch);
   free(plan->bufs);
   free(plan);
 }

@@ -76,6 +76,8 @@ struct commComm {
   int nNetConns, netConnsCap;
   struct commNetState* net;
   struct commTuner* tuner; /* src/tune: algorithm choice per call */
+  void* scratch;           /* staging space of the schedules, shared by this comm's plans (they run in turn) */
+  size_t scratchBytes;
 
   /* Reduction operators made by commRedOpCreatePreMulSum: op value = commNumOps + index. */
   commUserRedOp userOps[COMM_MAX_USER_REDOPS];

@@ -20,7 +20,6 @@ typedef struct commPlan {
   commFunc_t func;
   commSchedule sched;
   void** bufs;          /* [sched.nBufs] */
-  void* scratch;        /* owned by the plan */
   commDataType_t dtype;
   size_t eltSize;
   commRedOpArgs redop;
@@ -38,8 +37,9 @@ typedef struct commPlan {
   struct commPlan* next; /* in a group's list */
 } commPlan;
 
-/* Allocate scratch, reset progress. The plan takes ownership of its schedule. */
-commResult_t commPlanPrepare(commPlan* plan);
+/* Bind the scratch buffer (sched.scratchElems elements at least; the communicator's, shared by its plans,
+ * which run one after another) and reset progress. The plan owns its schedule. */
+commResult_t commPlanPrepare(commPlan* plan, void* scratch);
 /* Advance without blocking; *done = 1 when finished. Errors: the comm's abort flag (commInternalError),
  * timeout without progress (commTimeout), a peer gone (commRemoteError), each with a WARN naming peer and
  * operation. */
