@@ -44,9 +44,12 @@ for a in $algos auto; do
     awk -v a="$a" '!/^#/ && NF >= 8 && $1 ~ /^[0-9]+$/ { print a, $1, $6 }' "$out/$a.$r.txt"
   done
 done > "$out/all.txt"
-# The tuner's choice per size, from rank 0's log of the first auto run: "size algo/proto".
-cat "$out"/auto.1.info.* 2>/dev/null | grep -E "\[0\].* opCount .* - algo " |
-  sed -E 's/.* count ([0-9]+) datatype ([a-z0-9]+) .* algo ([A-Za-z]+) proto ([A-Za-z]+).*/\1 \2 \3\/\4/' | sort -u > "$out/choice.txt"
+# What ran per size, from rank 0's log of each first run: "size algo/proto" (forced runs fall back to the
+# tuner's choice where the algorithm cannot run that size, e.g. one-shot above its cap: shown as '-').
+for a in $algos auto; do
+  cat "$out"/$a.1.info.* 2>/dev/null | grep -E "\[0\].* opCount .* - algo " |
+    sed -E 's/.* count ([0-9]+) datatype ([a-z0-9]+) .* algo ([A-Za-z]+) proto ([A-Za-z]+).*/\1 \2 \3\/\4/' | sort -u > "$out/ran.$a.txt"
+done
 
 python3 - "$out" "$algos" "$coll" <<'EOF'
 import sys, statistics, collections
@@ -55,13 +58,22 @@ t = collections.defaultdict(list)
 for line in open(f"{out}/all.txt"):
     a, size, us = line.split()
     t[(a, int(size))].append(float(us))
-choice = {}
 sizes_of = {"int8": 1, "uint8": 1, "float16": 2, "bfloat16": 2, "float32": 4, "float": 4, "int32": 4, "float64": 8}
-for line in open(f"{out}/choice.txt"):
-    parts = line.split()
-    if len(parts) == 3:
-        count, dt, ch = int(parts[0]), parts[1], parts[2]
-        choice[count * sizes_of.get(dt, 4)] = ch
+ran = {}
+for a in algos:
+    ran[a] = {}
+    for line in open(f"{out}/ran.{a}.txt"):
+        parts = line.split()
+        if len(parts) == 3:
+            ran[a][int(parts[0]) * sizes_of.get(parts[1], 4)] = parts[2]
+choice = ran["auto"]
+names = {"ring": "Ring", "tree": "Tree", "colltree": "CollTree", "pat": "PAT", "oneshot": "OneShot"}
+# A forced column counts only where the forced algorithm really ran.
+for a in algos:
+    if a == "auto": continue
+    for key in [k for k in t if k[0] == a]:
+        got = ran[a].get(key[1], "")
+        if got and not got.startswith(names[a] + "/"): del t[key]
 sizes = sorted({s for (_, s) in t})
 print(f"# {coll}: median out-of-place time (us) per algorithm forced, and the tuner's own choice")
 print("| size | " + " | ".join(algos) + " | tuner chose | tuner / best forced |")

@@ -42,6 +42,8 @@ typedef struct {
   double protoLatFactor[commNumProtos]; /* latency multiplier per protocol */
   double protoBwFactor[commNumProtos];  /* bandwidth multiplier per protocol */
   size_t protoChunkBytes[commNumProtos]; /* step size cap per protocol (0: the FIFO's half) */
+  double algoLatFactor[commNumAlgos];    /* what an algorithm's hops cost beyond the link's (measured) */
+  double algoBwFactor[commNumAlgos];     /* the share of the link's bandwidth an algorithm reaches */
 } commTuneConsts;
 extern const commTuneConsts commTuneDefaults;
 

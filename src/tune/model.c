@@ -22,6 +22,13 @@ const commTuneConsts commTuneDefaults = {
     .protoLatFactor = {[commProtoLL] = 1.0, [commProtoSimple] = 1.0},
     .protoBwFactor = {[commProtoLL] = 1.0, [commProtoSimple] = 1.0},
     .protoChunkBytes = {[commProtoLL] = 32 * 1024, [commProtoSimple] = 0},
+    /* PAT pairs every rank with a different peer each round; with more ranks than cores (4 ranks, 2 cores)
+     * that costs 1.2-1.5x the ring's neighbour steps at equal bytes (allgather 32 KiB-2 MiB), with 2 ranks
+     * nothing. */
+    .algoLatFactor = {[commAlgoRing] = 1.0, [commAlgoTree] = 1.0, [commAlgoCollTree] = 1.0, [commAlgoPat] = 1.4,
+                      [commAlgoOneShot] = 1.0, [commAlgoPairwise] = 1.0},
+    .algoBwFactor = {[commAlgoRing] = 1.0, [commAlgoTree] = 1.0, [commAlgoCollTree] = 1.0, [commAlgoPat] = 0.75,
+                     [commAlgoOneShot] = 1.0, [commAlgoPairwise] = 1.0},
 };
 
 void commTuneModelInit(commTuneModel* m, int nRanks, int nNodes, int maxLocalRanks, commLinkKind_t intra,
@@ -246,8 +253,8 @@ double commTunePredict(const commTuneModel* m, commFunc_t func, int algo, int pr
   /* The executor forwards a chunk slot by slot: the pipeline fills in slots. */
   double fillPiece = minD(c.chunk, (double)m->fifoChunkBytes / 4);
   for (int l = 0; l < COMM_NUM_LINKS; l++) {
-    double bw = k->link[l].bwGBs * k->protoBwFactor[proto] * 1e3; /* bytes per microsecond */
-    double lat = k->link[l].latUs * k->protoLatFactor[proto];
+    double bw = k->link[l].bwGBs * k->protoBwFactor[proto] * k->algoBwFactor[algo] * 1e3; /* bytes per us */
+    double lat = k->link[l].latUs * k->protoLatFactor[proto] * k->algoLatFactor[algo];
     t += c.stages[l] * lat + c.fillStages[l] * fillPiece / bw;
     /* Links of different classes stream at the same time (different ranks, or one rank's pipeline). */
     if (c.bytes[l] / bw > stream) stream = c.bytes[l] / bw;
