@@ -57,6 +57,8 @@ typedef struct {
   size_t fifoChunkBytes;   /* most bytes one send step may carry (half a connection's FIFO) */
   int maxChannels;         /* channels a collective may use (COMM_NCHANNELS) */
   int nicsPerNode;         /* network links of a node (flat default: 1; the topology will say) */
+  int coresPerNode;        /* cores that run a node's ranks (0: as many as ranks). With more ranks than
+                              cores, every rank's copies and reductions share them. */
   commTuneConsts k;
 } commTuneModel;
 

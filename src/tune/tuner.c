@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core.h"
 #include "debug.h"
@@ -204,8 +205,12 @@ commResult_t commTunerInit(struct commComm* comm) {
   commTuneModelInit(&t->model, comm->nRanks, comm->nNodes, maxLocal, comm->shmDisable ? COMM_LINK_NET : COMM_LINK_SHM,
                     COMM_LINK_NET, (size_t)(comm->nSlots / 2) * comm->slotBytes, comm->nChannels);
   t->model.nicsPerNode = commTuneNicsPerNode(comm);
-  INFO(COMM_TUNE | COMM_INIT, "TUNER : %d ranks, %d nodes, at most %d per node, %d NIC(s) per node; links intra=%s inter=net",
-       comm->nRanks, comm->nNodes, maxLocal, t->model.nicsPerNode, comm->shmDisable ? "net" : "shm");
+  long cores = sysconf(_SC_NPROCESSORS_ONLN); /* this host's; the others are taken to be alike */
+  t->model.coresPerNode = cores > 0 ? (int)cores : 0;
+  INFO(COMM_TUNE | COMM_INIT,
+       "TUNER : %d ranks, %d nodes, at most %d per node, %d NIC(s) and %d cores per node; links intra=%s inter=net",
+       comm->nRanks, comm->nNodes, maxLocal, t->model.nicsPerNode, t->model.coresPerNode,
+       comm->shmDisable ? "net" : "shm");
   commTuneParseAlgo(commParamStr("COMM_ALGO", NULL), t->allowAlgo);
   commTuneParseProto(commParamStr("COMM_PROTO", NULL), t->allowProto);
   loadPlugin(t, comm->nRanks, comm->nNodes);
