@@ -81,6 +81,24 @@ size_t commTuneChunkBytes(const commTuneModel* m, int proto);
 void commTuneParseAlgo(const char* spec, uint32_t allow[commNumFuncs]);
 void commTuneParseProto(const char* spec, uint32_t allow[commNumFuncs]);
 
+typedef struct {
+  int algo;           /* commAlgo_t */
+  int proto;          /* commProto_t */
+  int nChannels;
+  size_t chunkBytes;
+  double predictedUs;
+} commTuneChoice;
+
+/* Choices already made, by (collective, bytes): the same call again costs a lookup (hot loops repeat
+ * sizes). Not used with a plugin, which may decide differently from call to call. */
+#define COMM_TUNE_CACHE 64
+typedef struct {
+  int valid;
+  int func;
+  size_t nBytes;
+  commTuneChoice choice;
+} commTuneCacheEntry;
+
 /* A communicator's tuner state (src/tune/tuner.c). */
 typedef struct commTuner {
   commTuneModel model;
@@ -90,15 +108,8 @@ typedef struct commTuner {
   void* pluginHandle;
   const commTuner_v1_t* plugin;
   void* pluginContext;
+  commTuneCacheEntry cache[COMM_TUNE_CACHE];
 } commTuner;
-
-typedef struct {
-  int algo;           /* commAlgo_t */
-  int proto;          /* commProto_t */
-  int nChannels;
-  size_t chunkBytes;
-  double predictedUs;
-} commTuneChoice;
 
 struct commComm;
 commResult_t commTunerInit(struct commComm* comm);

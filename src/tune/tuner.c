@@ -253,6 +253,11 @@ commResult_t commTuneChoose(struct commComm* comm, commFunc_t func, size_t count
   const commTuneModel* m = &t->model;
   size_t nBytes = count * eltSize;
   if (func == commFuncAllGather || func == commFuncReduceScatter || func == commFuncAllToAll) nBytes *= (size_t)comm->nRanks;
+  commTuneCacheEntry* hit = &t->cache[(nBytes * 31u + (size_t)func * 7u + (nBytes >> 12)) % COMM_TUNE_CACHE];
+  if (!t->plugin && hit->valid && hit->func == (int)func && hit->nBytes == nBytes) {
+    *out = hit->choice;
+    return commSuccess;
+  }
   float table[COMM_TUNER_NUM_ALGOS][COMM_TUNER_NUM_PROTOS];
   int filled = 0;
   for (int pass = 0; pass < 2 && !filled; pass++) {
@@ -306,5 +311,11 @@ commResult_t commTuneChoose(struct commComm* comm, commFunc_t func, size_t count
   out->predictedUs = table[best][bestProto] >= 0 ? table[best][bestProto]
                                                   : commTunePredict(m, func, best, bestProto, nBytes, out->nChannels,
                                                                     out->chunkBytes, NULL);
+  if (!t->plugin) {
+    hit->valid = 1;
+    hit->func = (int)func;
+    hit->nBytes = nBytes;
+    hit->choice = *out;
+  }
   return commSuccess;
 }
