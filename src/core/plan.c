@@ -201,12 +201,21 @@ fail:
   return res;
 }
 
+#define BUILD_STACK_COMMS 8 /* communicators whose request lists live on the stack (most calls: one) */
+
 commResult_t commPlansBuildMulti(commComm** comms, commTask** lists, int nComms, commPlan*** plans, int* nPlans) {
   commResult_t res = commSuccess;
-  commConnRequest** reqs = NULL;
-  int* nReqs = NULL;
-  COMMCHECKGOTO(commCalloc(&reqs, (size_t)nComms, sizeof(*reqs)), res, out);
-  COMMCHECKGOTO(commCalloc(&nReqs, (size_t)nComms, sizeof(*nReqs)), res, out);
+  commConnRequest* reqsStack[BUILD_STACK_COMMS] = {NULL};
+  int nReqsStack[BUILD_STACK_COMMS] = {0};
+  commConnRequest** reqs = reqsStack;
+  int* nReqs = nReqsStack;
+  int onHeap = nComms > BUILD_STACK_COMMS;
+  if (onHeap) {
+    reqs = NULL;
+    nReqs = NULL;
+    COMMCHECKGOTO(commCalloc(&reqs, (size_t)nComms, sizeof(*reqs)), res, out);
+    COMMCHECKGOTO(commCalloc(&nReqs, (size_t)nComms, sizeof(*nReqs)), res, out);
+  }
   for (int c = 0; c < nComms; c++) {
     commLogSetRank(comms[c]->rank);
     COMMCHECKGOTO(buildCommPlans(comms[c], lists[c], &plans[c], &nPlans[c], &reqs[c], &nReqs[c]), res, out);
@@ -241,7 +250,9 @@ commResult_t commPlansBuildMulti(commComm** comms, commTask** lists, int nComms,
 out:
   if (reqs)
     for (int c = 0; c < nComms; c++) free(reqs[c]);
-  free(reqs);
-  free(nReqs);
+  if (onHeap) {
+    free(reqs);
+    free(nReqs);
+  }
   return res;
 }
