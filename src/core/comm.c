@@ -265,6 +265,8 @@ static commResult_t initBody(struct commComm* comm, const commUniqueId* id) {
   fillPeerInfo(comm, &comm->peers[comm->rank]);
   COMMCHECK(bootstrapAllGather(comm->bootstrap, comm->peers, sizeof(commPeerInfo)));
   COMMCHECK(computeNodes(comm));
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  comm->oversubscribed = cores > 0 && comm->localRanks > cores;
   comm->commHash = commHashBytes(id, sizeof(*id), 0);
   if (comm->rank == 0) commTopoLogMachine();
   if (comm->nNodes > 1 || comm->shmDisable) COMMCHECK(commNetInit(comm));

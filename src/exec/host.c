@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "debug.h"
 #include "exec.h"
@@ -363,11 +362,9 @@ commResult_t commExecHostRun(commPlan** plans, int nPlans) {
   commResult_t res = commSuccess;
   commBackoff backoff = {0};
   int netWaits = 0, oversubscribed = 0;
-  static long nCpus = 0;
-  if (nCpus == 0) nCpus = sysconf(_SC_NPROCESSORS_ONLN);
   for (int i = 0; i < nPlans; i++) {
     netWaits |= plans[i]->comm->nNetConns > 0;
-    oversubscribed |= plans[i]->comm->localRanks > nCpus;
+    oversubscribed |= plans[i]->comm->oversubscribed;
   }
   for (;;) {
     int allDone = 1, progressed = 0;

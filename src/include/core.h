@@ -54,6 +54,7 @@ struct commComm {
   int rank, nRanks;
   int cudaDev;
   int localRank, localRanks; /* among ranks of the same host */
+  int oversubscribed;        /* more ranks on this host than cores: waits yield at once */
   int node, nNodes;
   int* rankNode;       /* [nRanks]: node index of each rank, nodes numbered in order of their first rank */
   char name[64];
