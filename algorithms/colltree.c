@@ -233,16 +233,7 @@ static int ctLeader(const ctChan* c, int v) { return c->nodes->ranks[c->nodes->s
 static commResult_t emit(ctChan* c, commPrim_t prim, uint8_t flags, int recvPeer, int sendPeer, commBufRef src,
                          commBufRef dst, size_t count) {
   if (count == 0) return commSuccess;
-  commStep st;
-  memset(&st, 0, sizeof(st));
-  st.prim = (uint8_t)prim;
-  st.flags = flags;
-  st.recvPeer = recvPeer;
-  st.sendPeer = sendPeer;
-  st.src = src;
-  st.dst = dst;
-  st.count = count;
-  st.recvCount = count;
+  commStep st = commStepMake(prim, flags, sendPeer, recvPeer, src, dst, count, count);
   /* The schedule declares the scratch it touches (only reduce on non-root ranks uses any). */
   const commBufRef* refs[2] = {&src, &dst};
   for (int i = 0; i < 2; i++) {

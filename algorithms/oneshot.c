@@ -17,15 +17,7 @@
 
 static commStep step(commPrim_t prim, int flags, uint32_t srcBuf, size_t srcOff, uint32_t dstBuf, size_t dstOff,
                      size_t count) {
-  commStep st;
-  memset(&st, 0, sizeof(st));
-  st.prim = (uint8_t)prim;
-  st.flags = (uint8_t)flags;
-  st.sendPeer = st.recvPeer = -1;
-  st.src = (commBufRef){srcBuf, srcOff};
-  st.dst = (commBufRef){dstBuf, dstOff};
-  st.count = st.recvCount = count;
-  return st;
+  return commStepMake(prim, flags, -1, -1, commBufAt(srcBuf, srcOff), commBufAt(dstBuf, dstOff), count, count);
 }
 
 commResult_t commOneShotBuild(const commCollArgs* a, commSchedule* out) {

@@ -234,16 +234,8 @@ static commResult_t transfer(const patCtx* c, int sender, int receiver, size_t f
 
 static commResult_t addStep(patCtx* c, commPrim_t prim, uint8_t flags, int sendPeer, int recvPeer,
                             commBufRef src, commBufRef dst, size_t count, size_t recvCount) {
-  commStep st;
-  memset(&st, 0, sizeof(st));
-  st.prim = (uint8_t)prim;
-  st.flags = flags;
-  st.sendPeer = sendPeer;
-  st.recvPeer = recvPeer;
-  st.src = src.buf == PAT_NOBUF ? ref(COMM_BUF_INPUT, 0) : src;
-  st.dst = dst.buf == PAT_NOBUF ? ref(COMM_BUF_OUTPUT, 0) : dst;
-  st.count = count;
-  st.recvCount = recvCount;
+  commStep st = commStepMake(prim, flags, sendPeer, recvPeer, src.buf == PAT_NOBUF ? ref(COMM_BUF_INPUT, 0) : src,
+                              dst.buf == PAT_NOBUF ? ref(COMM_BUF_OUTPUT, 0) : dst, count, recvCount);
   return commSchedAdd(c->s, 0, &st);
 }
 

@@ -46,31 +46,22 @@ static int ringRank(const ringCtx* c, int pos) {
 static commResult_t emit(ringCtx* c, commPrim_t prim, uint8_t flags, uint32_t srcBuf, size_t srcOff,
                          uint32_t dstBuf, size_t dstOff, size_t count) {
   if (count == 0) return commSuccess;
-  commStep st;
-  memset(&st, 0, sizeof(st));
-  st.prim = (uint8_t)prim;
-  st.flags = flags;
-  st.sendPeer = -1;
-  st.recvPeer = -1;
+  int sendPeer = -1, recvPeer = -1;
   switch (prim) {
     case COMM_PRIM_SEND:
-    case COMM_PRIM_COPY_SEND: st.sendPeer = c->next; break;
+    case COMM_PRIM_COPY_SEND: sendPeer = c->next; break;
     case COMM_PRIM_RECV:
-    case COMM_PRIM_RECV_REDUCE_COPY: st.recvPeer = c->prev; break;
+    case COMM_PRIM_RECV_REDUCE_COPY: recvPeer = c->prev; break;
     case COMM_PRIM_RECV_REDUCE_SEND:
     case COMM_PRIM_RECV_COPY_SEND:
     case COMM_PRIM_RECV_REDUCE_COPY_SEND:
-      st.sendPeer = c->next;
-      st.recvPeer = c->prev;
+      sendPeer = c->next;
+      recvPeer = c->prev;
       break;
     default: break;
   }
-  st.src.buf = srcBuf;
-  st.src.offset = srcOff;
-  st.dst.buf = dstBuf;
-  st.dst.offset = dstOff;
-  st.count = count;
-  st.recvCount = count;
+  commStep st = commStepMake(prim, flags, sendPeer, recvPeer, commBufAt(srcBuf, srcOff), commBufAt(dstBuf, dstOff),
+                              count, count);
   return commSchedAdd(c->s, c->ch, &st);
 }
 

@@ -111,18 +111,8 @@ typedef struct {
 static commResult_t emit(treeCtx* c, commPrim_t prim, uint8_t flags, int sendPeer, int recvPeer, uint32_t srcBuf,
                          size_t srcOff, uint32_t dstBuf, size_t dstOff, size_t count) {
   if (count == 0) return commSuccess;
-  commStep st;
-  memset(&st, 0, sizeof(st));
-  st.prim = (uint8_t)prim;
-  st.flags = flags;
-  st.sendPeer = sendPeer;
-  st.recvPeer = recvPeer;
-  st.src.buf = srcBuf;
-  st.src.offset = srcOff;
-  st.dst.buf = dstBuf;
-  st.dst.offset = dstOff;
-  st.count = count;
-  st.recvCount = count;
+  commStep st = commStepMake(prim, flags, sendPeer, recvPeer, commBufAt(srcBuf, srcOff), commBufAt(dstBuf, dstOff),
+                              count, count);
   return commSchedAdd(c->s, c->ch, &st);
 }
 

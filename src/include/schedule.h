@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include "comm.h"
 
 #define COMM_MAX_CHANNELS 32
@@ -74,6 +75,26 @@ typedef struct {
   int nBufs;            /* buffers referenced (>= 2) */
   size_t scratchElems;  /* elements of scratch needed */
 } commSchedule;
+
+/* A step, every field given (the generators' one constructor). */
+static inline commStep commStepMake(commPrim_t prim, int flags, int sendPeer, int recvPeer, commBufRef src,
+                                    commBufRef dst, size_t count, size_t recvCount) {
+  commStep st;
+  memset(&st, 0, sizeof(st));
+  st.prim = (uint8_t)prim;
+  st.flags = (uint8_t)flags;
+  st.sendPeer = sendPeer;
+  st.recvPeer = recvPeer;
+  st.src = src;
+  st.dst = dst;
+  st.count = count;
+  st.recvCount = recvCount;
+  return st;
+}
+static inline commBufRef commBufAt(uint32_t buf, size_t offset) {
+  commBufRef r = {buf, offset};
+  return r;
+}
 
 commResult_t commSchedInit(commSchedule* s, int nChannels);
 commResult_t commSchedAdd(commSchedule* s, int channel, const commStep* step);
