@@ -60,8 +60,8 @@ typedef struct {
   /* Once per collective. nBytes: the bytes of the operation's largest buffer (allreduce/broadcast/reduce:
    * count x type size; allgather/reducescatter/alltoall: nRanks x count x type size). costTable points to
    * COMM_TUNER_NUM_ALGOS rows of COMM_TUNER_NUM_PROTOS floats. */
-  commResult_t (*getCollInfo)(void* context, commTunerFunc_t func, size_t nBytes, float (*costTable)[COMM_TUNER_NUM_PROTOS],
-                              int* nChannels);
+  commResult_t (*getCollInfo)(void* context, commTunerFunc_t func, size_t nBytes,
+                              float (*costTable)[COMM_TUNER_NUM_PROTOS], int* nChannels);
   /* When the communicator is destroyed. */
   commResult_t (*destroy)(void* context);
 } commTuner_v1_t;

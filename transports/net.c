@@ -489,7 +489,8 @@ static void* netProxyMain(void* arg) {
   struct commComm* comm = st->comm;
   for (;;) {
     pthread_mutex_lock(&st->wakeLock);
-    while (!st->wanted && !__atomic_load_n(&st->proxyStop, __ATOMIC_ACQUIRE)) pthread_cond_wait(&st->wake, &st->wakeLock);
+    while (!st->wanted && !__atomic_load_n(&st->proxyStop, __ATOMIC_ACQUIRE))
+      pthread_cond_wait(&st->wake, &st->wakeLock);
     st->wanted = 0; /* a kick from now on wakes us again */
     pthread_mutex_unlock(&st->wakeLock);
     if (__atomic_load_n(&st->proxyStop, __ATOMIC_ACQUIRE)) break;

@@ -187,7 +187,7 @@ static commResult_t buildCommPlans(commComm* comm, commTask* tasks, commPlan*** 
     n++;
   }
   /* List the connections still missing (channels beyond COMM_NCHANNELS get their tables on first use:
-   * the double binary tree always uses two). */
+   * the double binary tree takes two, CollTree across nodes four). */
   for (int p = 0; p < n; p++) COMMCHECKGOTO(collectConnections(comm, plans[p], &reqs, &nReqs, &cap), res, fail);
   *plansOut = plans;
   *nPlansOut = n;

@@ -252,7 +252,8 @@ commResult_t commTuneChoose(struct commComm* comm, commFunc_t func, size_t count
   }
   const commTuneModel* m = &t->model;
   size_t nBytes = count * eltSize;
-  if (func == commFuncAllGather || func == commFuncReduceScatter || func == commFuncAllToAll) nBytes *= (size_t)comm->nRanks;
+  if (func == commFuncAllGather || func == commFuncReduceScatter || func == commFuncAllToAll)
+    nBytes *= (size_t)comm->nRanks;
   commTuneCacheEntry* hit = &t->cache[(nBytes * 31u + (size_t)func * 7u + (nBytes >> 12)) % COMM_TUNE_CACHE];
   if (!t->plugin && hit->valid && hit->func == (int)func && hit->nBytes == nBytes) {
     *out = hit->choice;

@@ -291,9 +291,10 @@ static int hasPeerOffNode(const commSchedule* s, int ch, int rank) {
   return 0;
 }
 
-/* On channel c the only rank of a node that talks to other nodes is its (c mod size)-th local rank (allreduce
- * across nodes: its (c/2 mod size)-th, each leader running both trees); for reduce and broadcast the root instead, on every
- * channel. Here nodes are interleaved (round-robin), so local index i of node v is rank v + i * nNodes. */
+/* On channel c the only rank of a node that talks to other nodes is its (c mod size)-th local rank
+ * (allreduce across nodes: its (c/2 mod size)-th, each leader running both trees); for reduce and broadcast
+ * the root instead, on every channel. Here nodes are interleaved (round-robin), so local index i of node v is
+ * rank v + i * nNodes. */
 static void test_leaders(void** state) {
   (void)state;
   const int n = 20, nCh = 4;
