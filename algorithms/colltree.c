@@ -244,24 +244,19 @@ static commResult_t emit(ctChan* c, commPrim_t prim, uint8_t flags, int recvPeer
   return commSchedAdd(c->s, c->ch, &st);
 }
 
-static commBufRef ref(uint32_t buf, size_t off) {
-  commBufRef r = {buf, off};
-  return r;
-}
-
 /* Where this rank keeps the partial of chunk k between two receives: its output, except for reduce on a
  * rank other than the root (no output there): one chunk of scratch per channel. */
 static commBufRef accRef(const ctChan* c, const ctChunk* k) {
   if (c->a->func == commFuncReduce && c->a->rank != c->a->root)
-    return ref(COMM_BUF_SCRATCH, (size_t)c->ch * c->a->chunkElems);
-  return ref(COMM_BUF_OUTPUT, k->off);
+    return commBufAt(COMM_BUF_SCRATCH, (size_t)c->ch * c->a->chunkElems);
+  return commBufAt(COMM_BUF_OUTPUT, k->off);
 }
 
 /* Reduce this rank's input (PRE) with the partials arriving from peers[0 .. nPeers), in that order. With
  * to >= 0 the result goes to `to`; otherwise it is final: written to out[o] with POST, and also sent to
  * fusedTo when that is >= 0. */
 static commResult_t emitReduce(ctChan* c, const ctChunk* k, const int* peers, int nPeers, int to, int fusedTo) {
-  commBufRef in = ref(COMM_BUF_INPUT, k->off), out = ref(COMM_BUF_OUTPUT, k->off), acc = accRef(c, k);
+  commBufRef in = commBufAt(COMM_BUF_INPUT, k->off), out = commBufAt(COMM_BUF_OUTPUT, k->off), acc = accRef(c, k);
   if (nPeers == 0) {
     if (to >= 0) return emit(c, COMM_PRIM_SEND, c->pre, -1, to, in, in, k->len);
     if (fusedTo >= 0) return emit(c, COMM_PRIM_COPY_SEND, c->pre | c->post, -1, fusedTo, in, out, k->len);
@@ -286,7 +281,7 @@ static commResult_t emitReduce(ctChan* c, const ctChunk* k, const int* peers, in
 /* Bring the final value of chunk k into out[o] and send it to to[0 .. nTo). It arrives from `from` when
  * from >= 0; otherwise it is this rank's input (fromInput: the broadcast root) or already in out[o]. */
 static commResult_t emitFanout(ctChan* c, const ctChunk* k, int from, int fromInput, const int* to, int nTo) {
-  commBufRef in = ref(COMM_BUF_INPUT, k->off), out = ref(COMM_BUF_OUTPUT, k->off);
+  commBufRef in = commBufAt(COMM_BUF_INPUT, k->off), out = commBufAt(COMM_BUF_OUTPUT, k->off);
   int first = 0;
   if (from >= 0) {
     if (nTo == 0) return emit(c, COMM_PRIM_RECV, 0, from, -1, out, out, k->len);
@@ -494,7 +489,7 @@ commResult_t commCollTreeBuild(const commCollArgs* a, commSchedule* out) {
     if (len == 0) continue;
     if (a->nRanks == 1) {
       uint8_t fl = a->func == commFuncBroadcast ? 0 : (uint8_t)(c.pre | c.post);
-      COMMCHECKGOTO(emit(&c, COMM_PRIM_COPY, fl, -1, -1, ref(COMM_BUF_INPUT, off), ref(COMM_BUF_OUTPUT, off), len),
+      COMMCHECKGOTO(emit(&c, COMM_PRIM_COPY, fl, -1, -1, commBufAt(COMM_BUF_INPUT, off), commBufAt(COMM_BUF_OUTPUT, off), len),
                     res, fail);
       continue;
     }

@@ -113,35 +113,28 @@ static void balancedPart(size_t total, size_t parts, size_t idx, size_t* off, si
   *off = idx * base + (idx < rem ? idx : rem);
 }
 
-static commBufRef ref(uint32_t buf, size_t off) {
-  commBufRef r;
-  r.buf = buf;
-  r.offset = off;
-  return r;
-}
-
-static commBufRef plus(commBufRef r, size_t off) { return ref(r.buf, r.offset + off); }
+static commBufRef plus(commBufRef r, size_t off) { return commBufAt(r.buf, r.offset + off); }
 
 /* Element u of rank `rank`'s relative block space (block t = u / cnt) in the absolute block space. */
 static size_t absElem(const patCtx* c, int rank, size_t u) { return ((size_t)rank * c->cnt + u) % c->total; }
 
 /* Where a partial lives: u in the owner's relative block space, x the same element in the absolute one. */
 static commBufRef scratchAt(const patCtx* c, size_t u, size_t x) {
-  return ref(COMM_BUF_SCRATCH, c->windowed ? x - c->x0 : u);
+  return commBufAt(COMM_BUF_SCRATCH, c->windowed ? x - c->x0 : u);
 }
 
 /* The sender's side at its element u. */
 static patEnd sendEnd(const patCtx* c, int rank, size_t u) {
   patEnd e;
   size_t x = absElem(c, rank, u);
-  e.dst = ref(PAT_NOBUF, 0);
+  e.dst = commBufAt(PAT_NOBUF, 0);
   e.flags = 0;
   if (c->isAg) {
-    e.src = ref(COMM_BUF_OUTPUT, x);
+    e.src = commBufAt(COMM_BUF_OUTPUT, x);
   } else if (u / c->cnt < c->prior) {
     e.src = scratchAt(c, u, x);
   } else {
-    e.src = ref(COMM_BUF_INPUT, x);
+    e.src = commBufAt(COMM_BUF_INPUT, x);
     e.flags = c->pre;
   }
   return e;
@@ -153,13 +146,13 @@ static patEnd recvEnd(const patCtx* c, int rank, size_t u) {
   size_t x = absElem(c, rank, u);
   e.flags = 0;
   if (c->isAg) {
-    e.src = ref(PAT_NOBUF, 0);
-    e.dst = ref(COMM_BUF_OUTPUT, x);
+    e.src = commBufAt(PAT_NOBUF, 0);
+    e.dst = commBufAt(COMM_BUF_OUTPUT, x);
     return e;
   }
   /* Round 0 finishes block 0 (u < cnt) into the output; earlier rounds reduce into scratch. */
   if (c->k == 0) {
-    e.dst = ref(COMM_BUF_OUTPUT, u);
+    e.dst = commBufAt(COMM_BUF_OUTPUT, u);
     e.flags |= c->post;
   } else {
     e.dst = scratchAt(c, u, x);
@@ -167,7 +160,7 @@ static patEnd recvEnd(const patCtx* c, int rank, size_t u) {
   if (u / c->cnt < c->prior) {
     e.src = scratchAt(c, u, x);
   } else {
-    e.src = ref(COMM_BUF_INPUT, x);
+    e.src = commBufAt(COMM_BUF_INPUT, x);
     e.flags |= c->pre;
   }
   return e;
@@ -234,8 +227,8 @@ static commResult_t transfer(const patCtx* c, int sender, int receiver, size_t f
 
 static commResult_t addStep(patCtx* c, commPrim_t prim, uint8_t flags, int sendPeer, int recvPeer,
                             commBufRef src, commBufRef dst, size_t count, size_t recvCount) {
-  commStep st = commStepMake(prim, flags, sendPeer, recvPeer, src.buf == PAT_NOBUF ? ref(COMM_BUF_INPUT, 0) : src,
-                              dst.buf == PAT_NOBUF ? ref(COMM_BUF_OUTPUT, 0) : dst, count, recvCount);
+  commStep st = commStepMake(prim, flags, sendPeer, recvPeer, src.buf == PAT_NOBUF ? commBufAt(COMM_BUF_INPUT, 0) : src,
+                              dst.buf == PAT_NOBUF ? commBufAt(COMM_BUF_OUTPUT, 0) : dst, count, recvCount);
   return commSchedAdd(c->s, 0, &st);
 }
 
@@ -264,10 +257,10 @@ static commResult_t agRound(patCtx* c, int k) {
       COMMCHECK(addStep(c, COMM_PRIM_SEND_RECV, 0, to, from, plus(o->snd.src, o->eOff), plus(in->rcv.dst, in->eOff),
                         o->count, in->count));
     } else if (o) {
-      COMMCHECK(addStep(c, COMM_PRIM_SEND, 0, to, -1, plus(o->snd.src, o->eOff), ref(PAT_NOBUF, 0), o->count,
+      COMMCHECK(addStep(c, COMM_PRIM_SEND, 0, to, -1, plus(o->snd.src, o->eOff), commBufAt(PAT_NOBUF, 0), o->count,
                         o->count));
     } else {
-      COMMCHECK(addStep(c, COMM_PRIM_RECV, 0, -1, from, ref(PAT_NOBUF, 0), plus(in->rcv.dst, in->eOff), in->count,
+      COMMCHECK(addStep(c, COMM_PRIM_RECV, 0, -1, from, commBufAt(PAT_NOBUF, 0), plus(in->rcv.dst, in->eOff), in->count,
                         in->count));
     }
   }
@@ -286,7 +279,7 @@ static commResult_t rsRound(patCtx* c, int k) {
   for (int i = 0; i < steps; i++) {
     if (i < c->out.n) {
       const patPart* o = &c->out.p[i];
-      COMMCHECK(addStep(c, COMM_PRIM_SEND, o->snd.flags, to, -1, plus(o->snd.src, o->eOff), ref(PAT_NOBUF, 0),
+      COMMCHECK(addStep(c, COMM_PRIM_SEND, o->snd.flags, to, -1, plus(o->snd.src, o->eOff), commBufAt(PAT_NOBUF, 0),
                         o->count, o->count));
     }
     if (i < c->in.n) {
@@ -321,11 +314,11 @@ static commResult_t buildSteps(patCtx* c) {
   c->x1 = c->total;
   if (c->n == 1) {
     uint8_t fl = c->isAg ? 0 : (uint8_t)(c->pre | c->post);
-    return addStep(c, COMM_PRIM_COPY, fl, -1, -1, ref(COMM_BUF_INPUT, 0), ref(COMM_BUF_OUTPUT, 0), c->cnt, c->cnt);
+    return addStep(c, COMM_PRIM_COPY, fl, -1, -1, commBufAt(COMM_BUF_INPUT, 0), commBufAt(COMM_BUF_OUTPUT, 0), c->cnt, c->cnt);
   }
   if (c->isAg) {
-    COMMCHECK(addStep(c, COMM_PRIM_COPY, 0, -1, -1, ref(COMM_BUF_INPUT, 0),
-                      ref(COMM_BUF_OUTPUT, (size_t)a->rank * c->cnt), c->cnt, c->cnt));
+    COMMCHECK(addStep(c, COMM_PRIM_COPY, 0, -1, -1, commBufAt(COMM_BUF_INPUT, 0),
+                      commBufAt(COMM_BUF_OUTPUT, (size_t)a->rank * c->cnt), c->cnt, c->cnt));
     for (int k = 0; k < K; k++) COMMCHECK(agRound(c, k));
     return commSuccess;
   }

@@ -380,6 +380,25 @@ static commResult_t netRecvConnect(struct commComm* comm, commConn* conn, const 
   return netRegister(comm, conn);
 }
 
+/* Retire posted requests in order as the plugin completes them and publish each to the executor: a send
+ * frees its slot (tail), a receive fills one (its size, then head). */
+static commResult_t netComplete(commConn* conn, netPriv* p) {
+  commFifoCtrl* ctrl = conn->ctrl;
+  while (p->done < p->posted) {
+    int i = (int)(p->done % (uint64_t)conn->nSlots);
+    int done = 0;
+    size_t size = 0;
+    commResult_t res = p->net->test(p->reqs[i], &done, &size);
+    if (res != commSuccess) return netFail(conn, res);
+    if (!done) break;
+    p->reqs[i] = NULL;
+    if (!conn->isSend) ctrl->sizes[i] = size;
+    p->done++;
+    COMM_STORE_REL(conn->isSend ? &ctrl->tail : &ctrl->head, p->done);
+  }
+  return commSuccess;
+}
+
 static commResult_t netProgressSend(commConn* conn, netPriv* p) {
   commFifoCtrl* ctrl = conn->ctrl;
   uint64_t head = COMM_LOAD_ACQ(&ctrl->head);
@@ -402,18 +421,7 @@ static commResult_t netProgressSend(commConn* conn, netPriv* p) {
     p->reqs[i] = req;
     p->posted++;
   }
-  while (p->done < p->posted) {
-    int i = (int)(p->done % (uint64_t)n);
-    int done = 0;
-    size_t size = 0;
-    commResult_t res = p->net->test(p->reqs[i], &done, &size);
-    if (res != commSuccess) return netFail(conn, res);
-    if (!done) break;
-    p->reqs[i] = NULL;
-    p->done++;
-    COMM_STORE_REL(&ctrl->tail, p->done);
-  }
-  return commSuccess;
+  return netComplete(conn, p);
 }
 
 static commResult_t netProgressRecv(commConn* conn, netPriv* p) {
@@ -432,19 +440,7 @@ static commResult_t netProgressRecv(commConn* conn, netPriv* p) {
     p->reqs[i] = req;
     p->posted++;
   }
-  while (p->done < p->posted) {
-    int i = (int)(p->done % (uint64_t)n);
-    int done = 0;
-    size_t size = 0;
-    commResult_t res = p->net->test(p->reqs[i], &done, &size);
-    if (res != commSuccess) return netFail(conn, res);
-    if (!done) break;
-    p->reqs[i] = NULL;
-    ctrl->sizes[i] = size;
-    p->done++;
-    COMM_STORE_REL(&ctrl->head, p->done);
-  }
-  return commSuccess;
+  return netComplete(conn, p);
 }
 
 static commResult_t netProgress(struct commComm* comm, commConn* conn) {
