@@ -2,13 +2,14 @@
 # Install what building and testing libcomm needs (Debian/Ubuntu). Idempotent: a dependency that is already
 # usable (found as a command, a pkg-config module or a header, whether apt installed it or not) is left
 # alone, and apt is not run at all when nothing is missing.
-#   (no option)  build + tests: build-essential cmake pkg-config libhwloc-dev libcmocka-dev iproute2
+#   (no option)  build + tests: build-essential cmake pkg-config libhwloc-dev libcmocka-dev iproute2 clang
+#                libclang-rt-dev (libFuzzer for the topology parser's fuzz run)
 #   --build      only what the library and the perf tools need (no cmocka, no iproute2)
 #   --bench      also the peers the benchmarks compare against (openmpi-bin libopenmpi-dev libgloo-dev)
 set -euo pipefail
 
 build=(build-essential cmake pkg-config libhwloc-dev)
-tests=(libcmocka-dev iproute2)
+tests=(libcmocka-dev iproute2 clang libclang-rt-dev)
 bench=()
 for arg in "$@"; do
   case "$arg" in
@@ -31,6 +32,10 @@ usable() {
       command -v cc && printf '#include <stdarg.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <setjmp.h>\n#include <cmocka.h>\n' |
         cc -E -x c - ;;
     iproute2) command -v ip ;;
+    clang) command -v clang ;;
+    libclang-rt-dev)  # libFuzzer, for scripts/fuzz_topo.sh
+      command -v clang && printf 'int LLVMFuzzerTestOneInput(const char*d,unsigned long n){(void)d;(void)n;return 0;}\n' |
+        clang -fsanitize=fuzzer -x c - -o /dev/null ;;
     openmpi-bin) command -v mpirun ;;
     libopenmpi-dev) command -v mpicc ;;
     libgloo-dev) command -v c++ && printf '#include <gloo/allreduce.h>\n' | c++ -std=c++17 -E -x c++ - ;;

@@ -6,7 +6,9 @@
 # A failed build stops the script; failing tests are reported and the other pass still runs; the exit
 # status is non-zero if anything failed. Set COMM_TEST_SKIP_ASAN=1 to run only the first pass, and
 # COMM_TEST_TSAN=1 to add a ThreadSanitizer pass (build-tsan/) over the tests labelled "threads" (ranks as
-# threads of one process: TSan does not follow the forked multi-process runs).
+# threads of one process: TSan does not follow the forked multi-process runs). Between the two passes, the
+# topology XML reader is fuzzed for FUZZ_SECONDS (default 60) with libFuzzer (scripts/fuzz_topo.sh; skip
+# with COMM_TEST_SKIP_FUZZ=1).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -20,6 +22,11 @@ cmake -S . -B build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOMM_WERROR=ON
 cmake --build build-test -j"$jobs"
 failed=()
 (cd build-test && ctest --output-on-failure -j"$ctest_jobs") || failed+=("build-test")
+
+if [[ "${COMM_TEST_SKIP_FUZZ:-0}" != "1" ]]; then
+  echo "=== test.sh: fuzz (topology XML reader, ${FUZZ_SECONDS:-60} s) ==="
+  FUZZ_SECONDS=${FUZZ_SECONDS:-60} ./scripts/fuzz_topo.sh || failed+=("fuzz")
+fi
 
 if [[ "${COMM_TEST_SKIP_ASAN:-0}" == "1" ]]; then
   echo "=== test.sh: sanitizer pass skipped (COMM_TEST_SKIP_ASAN=1) ==="

@@ -1,0 +1,1109 @@
+/* Discovery of this machine as one topology host (see src/include/topo.h), and the machine summary logged
+ * at init.
+ *
+ * Sources, each optional (what cannot be read is a WARN once per discovery and a default, never an error):
+ *  - hwloc: NUMA nodes / packages (the CPU nodes), the PCI tree, and the OS devices below PCI functions
+ *    (netdevs, RDMA devices, GPUs). Caches are not loaded, and hwloc's own GPU plugins (cuda, nvml, opencl,
+ *    rsmi, levelzero, gl) are blacklisted: they are slow, and the CUDA driver and NVML are asked directly; so
+ *    is its libpciaccess plugin (the Linux backend reads the PCI tree from sysfs).
+ *  - sysfs: PCIe generation / width (/sys/bus/pci/devices/X/current_link_*), RDMA ports
+ *    (/sys/class/infiniband), netdev speeds and netdevs hwloc does not place (/sys/class/net).
+ *  - the CUDA driver (libcuda.so.1, dlopen): CUDA ordinal, compute capability, memory, name of each GPU.
+ *  - NVML (libnvidia-ml.so.1, dlopen): NVLinks (GPU to GPU, GPU to NVSwitch).
+ *
+ * PCI tree rules. hwloc shows every PCI-to-PCI bridge; the graph keeps only what changes a path class:
+ *  - host bridges are dropped (the CPU node stands for its host bridge);
+ *  - a root port (a bridge right below a host bridge) is dropped: devices below it hang below the CPU;
+ *  - a PCIe switch is one COMM_TOPO_PCI node of kind SWITCH: its upstream port is a bridge below a root port
+ *    or below a switch's downstream port (or a first-level bridge with at least two bridge children, when
+ *    the platform hides the root port) that has bridge children; its downstream ports (the bridges right
+ *    below it) are dropped, so everything below them hangs below the switch node. A device behind one
+ *    switch is one PCI node away from its neighbours (PIX), behind cascaded switches several (PXB);
+ *  - any other bridge (no bridge children) becomes a PCI node of kind BRIDGE when it leads to at least two
+ *    GPUs/NICs, else it is dropped (collapsed into its only child);
+ *  - subtrees without a GPU or a NIC are left out.
+ * Bandwidth of a PCI link (GB/s, one direction, after line encoding, the unit hwloc uses: gen5 x16 = 63.0):
+ * hwloc's link speed when known, else computed from sysfs current_link_speed x current_link_width, else
+ * 12.0 (gen3 x16) with one WARN. The generation and width are recorded when sysfs has them.
+ *
+ * GPUs: NVIDIA (vendor 0x10de) PCI functions of class 0x0300 (VGA) or 0x0302 (3D), or any PCI function with
+ * an OS device "cuda*" / "nvml*" (when hwloc's GPU plugins are enabled through HWLOC_COMPONENTS). Ordered by
+ * PCI bus id. A GPU the CUDA driver does not list (CUDA_VISIBLE_DEVICES, no driver) keeps dev -1; one the
+ * driver lists but hwloc did not see (container without PCI information) hangs below CPU 0 with 24.0 GB/s.
+ *
+ * NVLink bandwidth per link and direction, by compute capability: < 7.0 (Pascal, NVLink 1): 20.0;
+ * 7.x (NVLink 2): 25.0; 8.6 (NVLink bridge of GA10x): 14.0; other 8.x (NVLink 3): 25.0; 9.x (NVLink 4): 25.0;
+ * 10.x (NVLink 5): 50.0; unknown or anything else: 20.0.
+ *
+ * NICs, ordered RDMA devices first (by name, digits compared as numbers), then netdevs (same order):
+ *  - RDMA devices (hwloc OPENFABRICS, and /sys/class/infiniband entries hwloc did not show): link layer and
+ *    rate of the first ACTIVE port (else port 1), netdev from device/net/ (else the netdev hwloc shows on the
+ *    same PCI function), guid from node_guid. gdr = 1 for a PCI RDMA device when a peer-memory module is
+ *    loaded (/sys/kernel/mm/memory_peers/nv_mem, /sys/module/nvidia_peermem), or when dma-buf is plausible:
+ *    Linux >= 5.12 and the CUDA driver lists a GPU. Soft RDMA devices (no PCI function: rxe, siw) get gdr 0.
+ *  - netdevs below a PCI function that are not an RDMA device's (not on an RDMA device's PCI function, not in
+ *    its device/net/); then netdevs hwloc does not place (virtio without PCI, veth) that are up (operstate up
+ *    or unknown), except lo, docker*, virbr*, ifb*, bridges and bridge ports; these hang below CPU 0 without
+ *    a bus id, bw = speed / 8000 GB/s.
+ *  - speed unreadable or negative: 10000 Mb/s with one WARN.
+ * A NIC with a PCI function stands for that function: its parent is the function's parent, its bw the
+ * function's link. */
+#include "topo.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <hwloc.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "debug.h"
+#include "utils.h"
+
+#define DEFAULT_PCI_BW 12.0      /* PCIe gen3 x16 */
+#define DEFAULT_CUDA_GPU_BW 24.0 /* a GPU hwloc did not see */
+#define DEFAULT_NET_MBPS 10000
+#define NVML_MAX_LINKS 18
+
+/* ---- sysfs helpers ---- */
+
+/* Reads a small file into buf (NUL-terminated, trailing whitespace removed). Returns its length, -1 if
+ * unreadable. */
+static int readText(const char* path, char* buf, size_t len) {
+  FILE* f = fopen(path, "r");
+  if (f == NULL) return -1;
+  size_t n = fread(buf, 1, len - 1, f);
+  int err = ferror(f);
+  fclose(f);
+  if (err) return -1;
+  buf[n] = '\0';
+  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' ' || buf[n - 1] == '\t')) buf[--n] = '\0';
+  return (int)n;
+}
+
+static int pathExists(const char* path) { return access(path, F_OK) == 0; }
+
+/* Copies src into dst[len], truncated. */
+static void copyStr(char* dst, size_t len, const char* src) {
+  size_t n = strnlen(src, len - 1);
+  memcpy(dst, src, n);
+  dst[n] = '\0';
+}
+
+/* "0000:18:00.0", "00000000:18:00.0", "18:00.0" (any case) -> "0000:18:00.0". Returns 0, -1 if no bus id. */
+static int busIdNormalize(const char* in, char out[COMM_TOPO_BUSID_MAX]) {
+  unsigned dom = 0, bus, dev, fn;
+  char tail;
+  if (sscanf(in, "%x:%x:%x.%x%c", &dom, &bus, &dev, &fn, &tail) != 4) {
+    dom = 0;
+    if (sscanf(in, "%x:%x.%x%c", &bus, &dev, &fn, &tail) != 3) return -1;
+  }
+  if (dom > 0xffff || bus > 0xff || dev > 0x1f || fn > 7) return -1;
+  snprintf(out, COMM_TOPO_BUSID_MAX, "%04x:%02x:%02x.%x", dom, bus, dev, fn);
+  return 0;
+}
+
+/* Name order: digit runs compare as numbers (mlx5_2 < mlx5_10), ties broken by plain order. */
+static int natCmp(const char* a, const char* b) {
+  const char *x = a, *y = b;
+  while (*x && *y) {
+    if (*x >= '0' && *x <= '9' && *y >= '0' && *y <= '9') {
+      while (*x == '0') x++;
+      while (*y == '0') y++;
+      const char *ex = x, *ey = y;
+      while (*ex >= '0' && *ex <= '9') ex++;
+      while (*ey >= '0' && *ey <= '9') ey++;
+      if (ex - x != ey - y) return ex - x < ey - y ? -1 : 1;
+      int c = strncmp(x, y, (size_t)(ex - x));
+      if (c) return c;
+      x = ex;
+      y = ey;
+      continue;
+    }
+    if (*x != *y) return (unsigned char)*x < (unsigned char)*y ? -1 : 1;
+    x++;
+    y++;
+  }
+  if (*x || *y) return *x ? 1 : -1;
+  return strcmp(a, b);
+}
+
+/* The entries of a directory (without "." and ".."), sorted by natCmp. Returns the count (0 when the
+ * directory cannot be read); *names is NULL or an array to free with freeNames. */
+static int cmpNamePtr(const void* a, const void* b) { return natCmp(*(char* const*)a, *(char* const*)b); }
+static void freeNames(char** names, int n) {
+  for (int i = 0; i < n; i++) free(names[i]);
+  free(names);
+}
+static commResult_t listDir(const char* path, char*** names, int* count) {
+  *names = NULL;
+  *count = 0;
+  DIR* d = opendir(path);
+  if (d == NULL) return commSuccess;
+  commResult_t res = commSuccess;
+  int n = 0, cap = 0;
+  char** arr = NULL;
+  struct dirent* e;
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    if (n == cap) {
+      int newCap = cap ? cap * 2 : 16;
+      COMMCHECKGOTO(commRealloc(&arr, (size_t)cap, (size_t)newCap, sizeof(char*)), res, fail);
+      cap = newCap;
+    }
+    arr[n] = strdup(e->d_name);
+    if (arr[n] == NULL) {
+      WARN("topology discovery: out of memory listing %s", path);
+      res = commSystemError;
+      goto fail;
+    }
+    n++;
+  }
+  closedir(d);
+  if (n > 1) qsort(arr, (size_t)n, sizeof(char*), cmpNamePtr);
+  *names = arr;
+  *count = n;
+  return commSuccess;
+fail:
+  closedir(d);
+  freeNames(arr, n);
+  return res;
+}
+
+/* ---- CUDA driver and NVML, loaded once ---- */
+
+typedef int (*cuInit_t)(unsigned);
+typedef int (*cuDeviceGetCount_t)(int*);
+typedef int (*cuDeviceGet_t)(int*, int);
+typedef int (*cuDeviceGetPCIBusId_t)(char*, int, int);
+typedef int (*cuDeviceGetAttribute_t)(int*, int, int);
+typedef int (*cuDeviceTotalMem_t)(size_t*, int);
+typedef int (*cuDeviceGetName_t)(char*, int, int);
+#define CU_ATTR_CC_MAJOR 75
+#define CU_ATTR_CC_MINOR 76
+#define CU_ERROR_NO_DEVICE 100
+
+/* NVML's C ABI (nvml.h, not included: it may be absent). */
+typedef struct nvmlDevice_st* nvmlDevice_t;
+typedef struct {
+  char busIdLegacy[16];
+  unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+  char busId[32];
+} nvmlPciInfo_t;
+typedef struct {
+  unsigned long long total, free, used;
+} nvmlMemory_t;
+#define NVML_OK 0
+#define NVML_FEATURE_ENABLED 1
+#define NVML_NVLINK_DEVICE_GPU 0
+#define NVML_NVLINK_DEVICE_IBMNPU 1
+#define NVML_NVLINK_DEVICE_SWITCH 2
+typedef int (*nvmlInit_t)(void);
+typedef int (*nvmlGetHandleByPciBusId_t)(const char*, nvmlDevice_t*);
+typedef int (*nvmlGetNvLinkState_t)(nvmlDevice_t, unsigned, int*);
+typedef int (*nvmlGetNvLinkRemotePciInfo_t)(nvmlDevice_t, unsigned, nvmlPciInfo_t*);
+typedef int (*nvmlGetNvLinkRemoteDeviceType_t)(nvmlDevice_t, unsigned, int*);
+typedef int (*nvmlGetCudaComputeCapability_t)(nvmlDevice_t, int*, int*);
+typedef int (*nvmlGetName_t)(nvmlDevice_t, char*, unsigned);
+typedef int (*nvmlGetMemoryInfo_t)(nvmlDevice_t, nvmlMemory_t*);
+
+static struct {
+  int cudaLoaded; /* every required symbol found */
+  int cuInitErr;  /* cuInit(0), called once */
+  cuInit_t init;
+  cuDeviceGetCount_t getCount;
+  cuDeviceGet_t get;
+  cuDeviceGetPCIBusId_t busId;
+  cuDeviceGetAttribute_t attr;
+  cuDeviceTotalMem_t totalMem;
+  cuDeviceGetName_t name;
+  int nvmlLoaded;
+  nvmlInit_t nvInit;
+  nvmlGetHandleByPciBusId_t nvHandle;
+  nvmlGetNvLinkState_t nvLinkState;
+  nvmlGetNvLinkRemotePciInfo_t nvLinkRemote;
+  nvmlGetNvLinkRemoteDeviceType_t nvLinkRemoteType; /* optional */
+  nvmlGetCudaComputeCapability_t nvCc;              /* optional */
+  nvmlGetName_t nvName;                             /* optional */
+  nvmlGetMemoryInfo_t nvMem;                        /* optional */
+  int nvmlInitErr;                                  /* nvmlInit_v2, called once */
+} gLib;
+static pthread_once_t gLibOnce = PTHREAD_ONCE_INIT;
+
+/* Both libraries are initialised once and stay loaded and initialised for the life of the process: the CUDA
+ * driver keeps state (and threads) after cuInit, a failed cuInit fails again, and nvmlInit / nvmlShutdown
+ * cost milliseconds at every discovery otherwise. */
+static void loadLibs(void) {
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h) {
+    gLib.init = (cuInit_t)dlsym(h, "cuInit");
+    gLib.getCount = (cuDeviceGetCount_t)dlsym(h, "cuDeviceGetCount");
+    gLib.get = (cuDeviceGet_t)dlsym(h, "cuDeviceGet");
+    gLib.busId = (cuDeviceGetPCIBusId_t)dlsym(h, "cuDeviceGetPCIBusId");
+    gLib.attr = (cuDeviceGetAttribute_t)dlsym(h, "cuDeviceGetAttribute");
+    gLib.totalMem = (cuDeviceTotalMem_t)dlsym(h, "cuDeviceTotalMem_v2");
+    gLib.name = (cuDeviceGetName_t)dlsym(h, "cuDeviceGetName");
+    gLib.cudaLoaded = gLib.init && gLib.getCount && gLib.get && gLib.busId && gLib.attr && gLib.totalMem && gLib.name;
+    if (gLib.cudaLoaded) gLib.cuInitErr = gLib.init(0);
+  }
+  h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h) {
+    gLib.nvInit = (nvmlInit_t)dlsym(h, "nvmlInit_v2");
+    gLib.nvHandle = (nvmlGetHandleByPciBusId_t)dlsym(h, "nvmlDeviceGetHandleByPciBusId_v2");
+    gLib.nvLinkState = (nvmlGetNvLinkState_t)dlsym(h, "nvmlDeviceGetNvLinkState");
+    gLib.nvLinkRemote = (nvmlGetNvLinkRemotePciInfo_t)dlsym(h, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
+    gLib.nvLinkRemoteType = (nvmlGetNvLinkRemoteDeviceType_t)dlsym(h, "nvmlDeviceGetNvLinkRemoteDeviceType");
+    gLib.nvCc = (nvmlGetCudaComputeCapability_t)dlsym(h, "nvmlDeviceGetCudaComputeCapability");
+    gLib.nvName = (nvmlGetName_t)dlsym(h, "nvmlDeviceGetName");
+    gLib.nvMem = (nvmlGetMemoryInfo_t)dlsym(h, "nvmlDeviceGetMemoryInfo");
+    gLib.nvmlLoaded = gLib.nvInit && gLib.nvHandle && gLib.nvLinkState && gLib.nvLinkRemote;
+    if (gLib.nvmlLoaded) gLib.nvmlInitErr = gLib.nvInit();
+  }
+}
+
+/* ---- Discovery state ---- */
+
+typedef struct {
+  int parent; /* builder node */
+  char busId[COMM_TOPO_BUSID_MAX];
+  char name[COMM_TOPO_NAME_MAX];
+  double bw;
+  int gen, width;
+  int rdma;                        /* NIC: an RDMA device (else a netdev) */
+  char netdev[COMM_TOPO_NAME_MAX]; /* RDMA device: a netdev of the same PCI function (hwloc), "" none */
+  int dev, sm, memMB;              /* GPU */
+} discDev;
+
+typedef struct {
+  discDev* a;
+  int n, cap;
+} discDevs;
+
+typedef struct {
+  commTopo* topo;
+  int host;
+  hwloc_topology_t hw; /* NULL when hwloc failed */
+  int nCpus;
+  int* cpuNode;                 /* builder node of each CPU */
+  hwloc_const_cpuset_t* cpuSet; /* its PUs (hwloc's), NULL without hwloc */
+  discDevs gpus, nics;
+  int nPciDefault; /* PCI links of unknown speed (one WARN) */
+  int nNetDefault; /* NIC speeds unknown (one WARN) */
+  int nCudaOnly;   /* GPUs CUDA lists and hwloc did not see (one WARN) */
+  int cudaGpus;    /* GPUs the CUDA driver lists */
+} discState;
+
+static commResult_t devPush(discDevs* v, discDev** out) {
+  if (v->n == v->cap) {
+    int newCap = v->cap ? v->cap * 2 : 8;
+    COMMCHECK(commRealloc(&v->a, (size_t)v->cap, (size_t)newCap, sizeof(discDev)));
+    v->cap = newCap;
+  }
+  *out = &v->a[v->n++];
+  memset(*out, 0, sizeof(**out));
+  (*out)->dev = -1;
+  return commSuccess;
+}
+
+/* ---- PCI links ---- */
+
+/* hwloc's unit: GB/s after line encoding (8b/10b up to gen2, 128b/130b gen3-5, FLIT 242/256 gen6). */
+static double pciBw(double gts, int width) {
+  double enc = gts <= 5.0 ? 0.8 : gts <= 32.0 ? 128.0 / 130.0 : 242.0 / 256.0;
+  return gts * enc * width / 8.0;
+}
+
+static int pciGen(double gts) {
+  static const double speeds[] = {2.5, 5.0, 8.0, 16.0, 32.0, 64.0};
+  for (int g = 0; g < 6; g++)
+    if (gts > speeds[g] * 0.9 && gts < speeds[g] * 1.1) return g + 1;
+  return 0;
+}
+
+/* Bandwidth, generation and width of the upstream link of PCI function busId. */
+static void pciLink(discState* st, const char* busId, double hwlocSpeed, double* bw, int* gen, int* width) {
+  char path[128], buf[64];
+  double gts = 0;
+  *gen = *width = 0;
+  snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/current_link_speed", busId);
+  if (readText(path, buf, sizeof(buf)) > 0) gts = strtod(buf, NULL);
+  snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/current_link_width", busId);
+  if (gts > 0 && readText(path, buf, sizeof(buf)) > 0) *width = atoi(buf);
+  if (gts > 0 && *width > 0) {
+    *gen = pciGen(gts);
+  } else {
+    *width = 0;
+    gts = 0;
+  }
+  if (hwlocSpeed > 0) {
+    *bw = hwlocSpeed;
+  } else if (gts > 0) {
+    *bw = pciBw(gts, *width);
+  } else {
+    *bw = DEFAULT_PCI_BW;
+    st->nPciDefault++;
+  }
+}
+
+/* ---- CPUs ---- */
+
+static void cpuFromHwloc(discState* st, hwloc_obj_t obj, commTopoNode* nd) {
+  hwloc_topology_t hw = st->hw;
+  if (obj->type == HWLOC_OBJ_NUMANODE) {
+    nd->u.cpu.numa = (int)obj->os_index;
+  } else if (hwloc_get_nbobjs_by_type(hw, HWLOC_OBJ_NUMANODE) == 1) {
+    nd->u.cpu.numa = (int)hwloc_get_obj_by_type(hw, HWLOC_OBJ_NUMANODE, 0)->os_index;
+  }
+  hwloc_bitmap_list_snprintf(nd->u.cpu.cpus, sizeof(nd->u.cpu.cpus), obj->cpuset);
+  int cores = hwloc_get_nbobjs_inside_cpuset_by_type(hw, obj->cpuset, HWLOC_OBJ_CORE);
+  if (cores <= 0) cores = hwloc_bitmap_weight(obj->cpuset);
+  nd->u.cpu.nCores = cores > 0 ? cores : 1;
+  /* Vendor and model: the first package sharing PUs with the object, else the machine. */
+  hwloc_obj_t pkg = NULL;
+  for (hwloc_obj_t p = NULL; (p = hwloc_get_next_obj_by_type(hw, HWLOC_OBJ_PACKAGE, p)) != NULL;)
+    if (hwloc_bitmap_intersects(p->cpuset, obj->cpuset)) {
+      pkg = p;
+      break;
+    }
+  hwloc_obj_t root = hwloc_get_root_obj(hw);
+  const char* vendor = pkg ? hwloc_obj_get_info_by_name(pkg, "CPUVendor") : NULL;
+  const char* model = pkg ? hwloc_obj_get_info_by_name(pkg, "CPUModel") : NULL;
+  if (vendor == NULL) vendor = hwloc_obj_get_info_by_name(root, "CPUVendor");
+  if (model == NULL) model = hwloc_obj_get_info_by_name(root, "CPUModel");
+  copyStr(nd->u.cpu.vendor, sizeof(nd->u.cpu.vendor), vendor ? vendor : "");
+  copyStr(nd->name, sizeof(nd->name), model ? model : "");
+}
+
+static commResult_t addCpusHwloc(discState* st, const char* arch) {
+  hwloc_topology_t hw = st->hw;
+  hwloc_obj_t* objs = NULL;
+  int n = 0;
+  commResult_t res = commSuccess;
+  int nNuma = hwloc_get_nbobjs_by_type(hw, HWLOC_OBJ_NUMANODE);
+  int nPkg = hwloc_get_nbobjs_by_type(hw, HWLOC_OBJ_PACKAGE);
+  int max = (nNuma > nPkg ? nNuma : nPkg) + 1;
+  COMMCHECK(commCalloc(&objs, (size_t)max, sizeof(hwloc_obj_t)));
+  /* NUMA nodes with PUs (memory-only nodes: GPU memory, CXL, HBM, are not CPUs), else packages, else the
+   * machine. */
+  for (int i = 0; i < nNuma; i++) {
+    hwloc_obj_t o = hwloc_get_obj_by_type(hw, HWLOC_OBJ_NUMANODE, (unsigned)i);
+    if (o->cpuset && !hwloc_bitmap_iszero(o->cpuset)) objs[n++] = o;
+  }
+  if (n == 0)
+    for (int i = 0; i < nPkg; i++) {
+      hwloc_obj_t o = hwloc_get_obj_by_type(hw, HWLOC_OBJ_PACKAGE, (unsigned)i);
+      if (o->cpuset && !hwloc_bitmap_iszero(o->cpuset)) objs[n++] = o;
+    }
+  if (n == 0) objs[n++] = hwloc_get_root_obj(hw);
+  COMMCHECKGOTO(commCalloc(&st->cpuNode, (size_t)n, sizeof(int)), res, exit);
+  COMMCHECKGOTO(commCalloc(&st->cpuSet, (size_t)n, sizeof(hwloc_const_cpuset_t)), res, exit);
+  for (int i = 0; i < n; i++) {
+    int node;
+    COMMCHECKGOTO(commTopoAddNode(st->topo, st->host, COMM_TOPO_CPU, -1, &node), res, exit);
+    commTopoNode* nd = commTopoNodeAt(st->topo, node);
+    copyStr(nd->u.cpu.arch, sizeof(nd->u.cpu.arch), arch);
+    cpuFromHwloc(st, objs[i], nd);
+    st->cpuNode[i] = node;
+    st->cpuSet[i] = objs[i]->cpuset;
+    st->nCpus++;
+  }
+exit:
+  free(objs);
+  return res;
+}
+
+/* Without hwloc: one CPU with the PUs this process may use, vendor and model from /proc/cpuinfo. */
+static commResult_t addCpuFallback(discState* st, const char* arch) {
+  int node;
+  COMMCHECK(commCalloc(&st->cpuNode, 1, sizeof(int)));
+  COMMCHECK(commTopoAddNode(st->topo, st->host, COMM_TOPO_CPU, -1, &node));
+  st->cpuNode[0] = node;
+  st->nCpus = 1;
+  commTopoNode* nd = commTopoNodeAt(st->topo, node);
+  copyStr(nd->u.cpu.arch, sizeof(nd->u.cpu.arch), arch);
+  cpu_set_t set;
+  int count = 0;
+  char* p = nd->u.cpu.cpus;
+  size_t left = sizeof(nd->u.cpu.cpus);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+      if (!CPU_ISSET(c, &set)) continue;
+      int e = c;
+      while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, &set)) e++;
+      int w =
+          e > c ? snprintf(p, left, "%s%d-%d", count ? "," : "", c, e) : snprintf(p, left, "%s%d", count ? "," : "", c);
+      if (w < 0 || (size_t)w >= left) break;
+      p += w;
+      left -= (size_t)w;
+      count += e - c + 1;
+      c = e;
+    }
+  }
+  if (count == 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    count = n > 0 ? (int)n : 1;
+    if (count > 1)
+      snprintf(nd->u.cpu.cpus, sizeof(nd->u.cpu.cpus), "0-%d", count - 1);
+    else
+      snprintf(nd->u.cpu.cpus, sizeof(nd->u.cpu.cpus), "0");
+  }
+  nd->u.cpu.nCores = count;
+  FILE* f = fopen("/proc/cpuinfo", "r");
+  if (f) {
+    char line[256];
+    while (fgets(line, sizeof(line), f)) {
+      char* colon = strchr(line, ':');
+      if (colon == NULL) continue;
+      char* v = colon + 1;
+      while (*v == ' ' || *v == '\t') v++;
+      v[strcspn(v, "\n")] = '\0';
+      if (strncmp(line, "vendor_id", 9) == 0 && nd->u.cpu.vendor[0] == '\0')
+        copyStr(nd->u.cpu.vendor, sizeof(nd->u.cpu.vendor), v);
+      else if (strncmp(line, "model name", 10) == 0 && nd->name[0] == '\0')
+        copyStr(nd->name, sizeof(nd->name), v);
+      if (nd->u.cpu.vendor[0] && nd->name[0]) break;
+    }
+    fclose(f);
+  }
+  return commSuccess;
+}
+
+/* The CPU node (index into st->cpuNode) for I/O attached to an object with this cpuset: the CPU whose PUs
+ * include it, else the first sharing PUs with it, else CPU 0. */
+static int cpuFor(const discState* st, hwloc_const_cpuset_t set) {
+  if (set == NULL || st->cpuSet == NULL) return 0;
+  for (int i = 0; i < st->nCpus; i++)
+    if (hwloc_bitmap_isincluded(set, st->cpuSet[i])) return i;
+  for (int i = 0; i < st->nCpus; i++)
+    if (hwloc_bitmap_intersects(set, st->cpuSet[i])) return i;
+  return 0;
+}
+
+/* ---- PCI walk ---- */
+
+static int isNvidiaGpu(hwloc_obj_t pci) {
+  const struct hwloc_pcidev_attr_s* a = &pci->attr->pcidev;
+  if (a->vendor_id == 0x10de && (a->class_id == 0x0300 || a->class_id == 0x0302)) return 1;
+  for (hwloc_obj_t c = pci->io_first_child; c; c = c->next_sibling)
+    if (c->type == HWLOC_OBJ_OS_DEVICE &&
+        (c->attr->osdev.type == HWLOC_OBJ_OSDEV_GPU || c->attr->osdev.type == HWLOC_OBJ_OSDEV_COPROC) && c->name &&
+        (strncmp(c->name, "cuda", 4) == 0 || strncmp(c->name, "nvml", 4) == 0))
+      return 1;
+  return 0;
+}
+
+static int isNicOsdev(hwloc_obj_t c) {
+  return c->type == HWLOC_OBJ_OS_DEVICE && c->name &&
+         (c->attr->osdev.type == HWLOC_OBJ_OSDEV_OPENFABRICS || c->attr->osdev.type == HWLOC_OBJ_OSDEV_NETWORK);
+}
+
+/* Whether an I/O subtree holds a GPU or a NIC. */
+static int ioUseful(hwloc_obj_t obj) {
+  if (obj->type == HWLOC_OBJ_PCI_DEVICE) {
+    if (isNvidiaGpu(obj)) return 1;
+    for (hwloc_obj_t c = obj->io_first_child; c; c = c->next_sibling)
+      if (isNicOsdev(c)) return 1;
+    return 0;
+  }
+  if (obj->type != HWLOC_OBJ_BRIDGE) return 0;
+  for (hwloc_obj_t c = obj->io_first_child; c; c = c->next_sibling)
+    if (ioUseful(c)) return 1;
+  return 0;
+}
+
+static void hwBusId(unsigned dom, unsigned bus, unsigned dev, unsigned fn, char out[COMM_TOPO_BUSID_MAX]) {
+  snprintf(out, COMM_TOPO_BUSID_MAX, "%04x:%02x:%02x.%x", dom & 0xffff, bus & 0xff, dev & 0x1f, fn & 7);
+}
+
+static commResult_t pciDevice(discState* st, hwloc_obj_t obj, int parent) {
+  const struct hwloc_pcidev_attr_s* a = &obj->attr->pcidev;
+  char busId[COMM_TOPO_BUSID_MAX];
+  hwBusId(a->domain, a->bus, a->dev, a->func, busId);
+  int haveLink = 0, gen = 0, width = 0;
+  double bw = 0;
+  if (isNvidiaGpu(obj)) {
+    discDev* g;
+    COMMCHECK(devPush(&st->gpus, &g));
+    g->parent = parent;
+    copyStr(g->busId, sizeof(g->busId), busId);
+    pciLink(st, busId, a->linkspeed, &g->bw, &g->gen, &g->width);
+    const char* model = hwloc_obj_get_info_by_name(obj, "PCIDevice");
+    if (model)
+      copyStr(g->name, sizeof(g->name), model);
+    else
+      snprintf(g->name, sizeof(g->name), "NVIDIA GPU [%04x:%04x]", a->vendor_id, a->device_id);
+    return commSuccess;
+  }
+  for (hwloc_obj_t c = obj->io_first_child; c; c = c->next_sibling) {
+    if (!isNicOsdev(c)) continue;
+    if (!haveLink) {
+      pciLink(st, busId, a->linkspeed, &bw, &gen, &width);
+      haveLink = 1;
+    }
+    discDev* d;
+    COMMCHECK(devPush(&st->nics, &d));
+    d->parent = parent;
+    copyStr(d->busId, sizeof(d->busId), busId);
+    copyStr(d->name, sizeof(d->name), c->name);
+    d->bw = bw;
+    d->gen = gen;
+    d->width = width;
+    d->rdma = c->attr->osdev.type == HWLOC_OBJ_OSDEV_OPENFABRICS;
+  }
+  /* The netdev of the function's RDMA devices, for when sysfs does not say (first in name order). */
+  const char* net = NULL;
+  for (hwloc_obj_t c = obj->io_first_child; c; c = c->next_sibling)
+    if (isNicOsdev(c) && c->attr->osdev.type == HWLOC_OBJ_OSDEV_NETWORK && (net == NULL || natCmp(c->name, net) < 0))
+      net = c->name;
+  for (int i = 0; net && i < st->nics.n; i++)
+    if (st->nics.a[i].rdma && strcmp(st->nics.a[i].busId, busId) == 0)
+      copyStr(st->nics.a[i].netdev, sizeof(st->nics.a[i].netdev), net);
+  return commSuccess;
+}
+
+enum { ROLE_ROOT, ROLE_UP, ROLE_DOWN }; /* the position a bridge may have: root port, upstream, downstream port */
+
+static commResult_t walkIo(discState* st, hwloc_obj_t obj, int parent, int role) {
+  if (obj->type == HWLOC_OBJ_PCI_DEVICE) return pciDevice(st, obj, parent);
+  if (obj->type != HWLOC_OBJ_BRIDGE || !ioUseful(obj)) return commSuccess;
+  const struct hwloc_bridge_attr_s* b = &obj->attr->bridge;
+  int childRole = ROLE_ROOT, kind = -1;
+  if (b->upstream_type == HWLOC_OBJ_BRIDGE_HOST) {
+    childRole = ROLE_ROOT;
+  } else {
+    int nBridges = 0, nUseful = 0;
+    for (hwloc_obj_t c = obj->io_first_child; c; c = c->next_sibling) {
+      if (c->type == HWLOC_OBJ_BRIDGE) nBridges++;
+      if (ioUseful(c)) nUseful++;
+    }
+    if (role == ROLE_DOWN || (role == ROLE_ROOT && nBridges < 2)) {
+      childRole = ROLE_UP; /* root port or downstream port: dropped */
+    } else if (nBridges >= 1) {
+      kind = COMM_PCI_SWITCH;
+      childRole = ROLE_DOWN;
+    } else {
+      if (nUseful >= 2) kind = COMM_PCI_BRIDGE;
+      childRole = ROLE_UP;
+    }
+  }
+  if (kind >= 0) {
+    int node;
+    COMMCHECK(commTopoAddNode(st->topo, st->host, COMM_TOPO_PCI, parent, &node));
+    commTopoNode* nd = commTopoNodeAt(st->topo, node);
+    const struct hwloc_pcidev_attr_s* up = &b->upstream.pci;
+    hwBusId(up->domain, up->bus, up->dev, up->func, nd->busId);
+    nd->u.pci.kind = kind;
+    double bw;
+    int gen, width;
+    pciLink(st, nd->busId, up->linkspeed, &bw, &gen, &width);
+    nd = commTopoNodeAt(st->topo, node);
+    nd->bw = bw;
+    nd->u.pci.gen = gen;
+    nd->u.pci.width = width;
+    parent = node;
+  }
+  for (hwloc_obj_t c = obj->io_first_child; c; c = c->next_sibling) COMMCHECK(walkIo(st, c, parent, childRole));
+  return commSuccess;
+}
+
+static commResult_t walkNormal(discState* st, hwloc_obj_t obj) {
+  if (obj->io_first_child) {
+    int cpu = st->cpuNode[cpuFor(st, obj->cpuset)];
+    for (hwloc_obj_t c = obj->io_first_child; c; c = c->next_sibling) COMMCHECK(walkIo(st, c, cpu, ROLE_ROOT));
+  }
+  for (hwloc_obj_t c = obj->first_child; c; c = c->next_sibling) COMMCHECK(walkNormal(st, c));
+  return commSuccess;
+}
+
+/* ---- GPUs ---- */
+
+static int findDev(const discDevs* v, const char* busId) {
+  for (int i = 0; i < v->n; i++)
+    if (strcmp(v->a[i].busId, busId) == 0) return i;
+  return -1;
+}
+
+static commResult_t cudaGpus(discState* st, int hwlocGpus) {
+  if (!gLib.cudaLoaded) {
+    if (hwlocGpus)
+      WARN(
+          "topology: %d NVIDIA GPU(s) on PCI but the CUDA driver (libcuda.so.1) cannot be loaded; their CUDA "
+          "devices are unknown",
+          hwlocGpus);
+    else
+      INFO(COMM_TOPO, "topology: no CUDA driver (libcuda.so.1): no CUDA GPUs");
+    return commSuccess;
+  }
+  int err = gLib.cuInitErr, count = 0;
+  if (err == 0) err = gLib.getCount(&count);
+  if (err == CU_ERROR_NO_DEVICE) {
+    INFO(COMM_TOPO, "topology: the CUDA driver lists no GPU%s", hwlocGpus ? " (CUDA_VISIBLE_DEVICES?)" : "");
+    return commSuccess;
+  }
+  if (err != 0) {
+    if (hwlocGpus)
+      WARN("topology: %d NVIDIA GPU(s) on PCI but the CUDA driver fails (error %d); their CUDA devices are unknown",
+           hwlocGpus, err);
+    else
+      INFO(COMM_TOPO, "topology: CUDA driver present but unusable (error %d): no CUDA GPUs", err);
+    return commSuccess;
+  }
+  for (int i = 0; i < count; i++) {
+    int dev, major = 0, minor = 0;
+    char raw[64], busId[COMM_TOPO_BUSID_MAX], name[COMM_TOPO_NAME_MAX];
+    size_t mem = 0;
+    if (gLib.get(&dev, i) != 0 || gLib.busId(raw, (int)sizeof(raw), dev) != 0 || busIdNormalize(raw, busId) != 0) {
+      WARN("topology: CUDA device %d: no PCI bus id; left out of the topology", i);
+      continue;
+    }
+    st->cudaGpus++;
+    int g = findDev(&st->gpus, busId);
+    discDev* d;
+    if (g < 0) {
+      COMMCHECK(devPush(&st->gpus, &d));
+      d->parent = st->cpuNode[0];
+      d->bw = DEFAULT_CUDA_GPU_BW;
+      copyStr(d->busId, sizeof(d->busId), busId);
+      st->nCudaOnly++;
+    } else {
+      d = &st->gpus.a[g];
+    }
+    d->dev = i;
+    if (gLib.attr(&major, CU_ATTR_CC_MAJOR, dev) == 0 && gLib.attr(&minor, CU_ATTR_CC_MINOR, dev) == 0)
+      d->sm = major * 10 + minor;
+    if (gLib.totalMem(&mem, dev) == 0) d->memMB = (int)(mem >> 20);
+    if (gLib.name(name, (int)sizeof(name), dev) == 0) {
+      name[sizeof(name) - 1] = '\0';
+      copyStr(d->name, sizeof(d->name), name);
+    }
+  }
+  INFO(COMM_TOPO, "topology: CUDA driver lists %d GPU(s)", count);
+  return commSuccess;
+}
+
+static int cmpBusId(const void* a, const void* b) {
+  return strcmp(((const discDev*)a)->busId, ((const discDev*)b)->busId);
+}
+
+/* Adds the GPU nodes (ordered by bus id); node[i] receives the builder node of st->gpus.a[i]. */
+static commResult_t addGpus(discState* st, int* node) {
+  if (st->gpus.n > 1) qsort(st->gpus.a, (size_t)st->gpus.n, sizeof(discDev), cmpBusId);
+  for (int i = 0; i < st->gpus.n; i++) {
+    const discDev* d = &st->gpus.a[i];
+    COMMCHECK(commTopoAddNode(st->topo, st->host, COMM_TOPO_GPU, d->parent, &node[i]));
+    commTopoNode* nd = commTopoNodeAt(st->topo, node[i]);
+    copyStr(nd->busId, sizeof(nd->busId), d->busId);
+    copyStr(nd->name, sizeof(nd->name), d->name);
+    nd->bw = d->bw;
+    nd->u.gpu.dev = d->dev;
+    nd->u.gpu.sm = d->sm;
+    nd->u.gpu.memMB = d->memMB;
+  }
+  return commSuccess;
+}
+
+static double nvlinkBw(int sm) {
+  if (sm <= 0) return 20.0;
+  if (sm < 70) return 20.0;
+  if (sm < 80) return 25.0;
+  if (sm == 86) return 14.0;
+  if (sm < 100) return 25.0;
+  if (sm < 110) return 50.0;
+  return 20.0;
+}
+
+/* NVLinks of every GPU from NVML. GPU pairs are added once, from the GPU first in bus id order. */
+static commResult_t nvlinks(discState* st, const int* gpuNode) {
+  if (st->gpus.n == 0) return commSuccess;
+  if (!gLib.nvmlLoaded) {
+    INFO(COMM_TOPO, "topology: NVML (libnvidia-ml.so.1) not available: no NVLinks");
+    return commSuccess;
+  }
+  if (gLib.nvmlInitErr != NVML_OK) {
+    WARN("topology: nvmlInit failed (error %d): NVLinks unknown, GPUs treated as PCI-only", gLib.nvmlInitErr);
+    return commSuccess;
+  }
+  int nvsNode = -1, nLinks = 0;
+  for (int g = 0; g < st->gpus.n; g++) {
+    discDev* d = &st->gpus.a[g];
+    nvmlDevice_t h;
+    if (gLib.nvHandle(d->busId, &h) != NVML_OK) continue;
+    commTopoNode* nd = commTopoNodeAt(st->topo, gpuNode[g]);
+    /* What CUDA did not say (GPUs hidden by CUDA_VISIBLE_DEVICES). */
+    if (nd->u.gpu.sm == 0 && gLib.nvCc) {
+      int major, minor;
+      if (gLib.nvCc(h, &major, &minor) == NVML_OK) nd->u.gpu.sm = major * 10 + minor;
+    }
+    if (nd->u.gpu.memMB == 0 && gLib.nvMem) {
+      nvmlMemory_t m;
+      if (gLib.nvMem(h, &m) == NVML_OK) nd->u.gpu.memMB = (int)(m.total >> 20);
+    }
+    if (nd->u.gpu.dev < 0 && gLib.nvName) {
+      char name[96];
+      if (gLib.nvName(h, name, sizeof(name)) == NVML_OK) {
+        name[sizeof(name) - 1] = '\0';
+        copyStr(nd->name, sizeof(nd->name), name);
+      }
+    }
+    struct {
+      char busId[COMM_TOPO_BUSID_MAX];
+      int type, count;
+    } peers[NVML_MAX_LINKS];
+    int nPeers = 0;
+    for (unsigned l = 0; l < NVML_MAX_LINKS; l++) {
+      int active = 0, type = -1;
+      nvmlPciInfo_t pci;
+      char busId[COMM_TOPO_BUSID_MAX];
+      if (gLib.nvLinkState(h, l, &active) != NVML_OK || active != NVML_FEATURE_ENABLED) continue;
+      memset(&pci, 0, sizeof(pci));
+      if (gLib.nvLinkRemote(h, l, &pci) != NVML_OK) continue;
+      pci.busId[sizeof(pci.busId) - 1] = '\0';
+      if (busIdNormalize(pci.busId, busId) != 0) hwBusId(pci.domain, pci.bus, pci.device, 0, busId);
+      if (gLib.nvLinkRemoteType == NULL || gLib.nvLinkRemoteType(h, l, &type) != NVML_OK)
+        type = findDev(&st->gpus, busId) >= 0 ? NVML_NVLINK_DEVICE_GPU : NVML_NVLINK_DEVICE_SWITCH;
+      int p = 0;
+      while (p < nPeers && !(peers[p].type == type && strcmp(peers[p].busId, busId) == 0)) p++;
+      if (p == nPeers) {
+        copyStr(peers[p].busId, sizeof(peers[p].busId), busId);
+        peers[p].type = type;
+        peers[p].count = 0;
+        nPeers++;
+      }
+      peers[p].count++;
+      TRACE(COMM_TOPO, "topology: GPU %s NVLink %u -> %s (%s)", d->busId, l, busId,
+            type == NVML_NVLINK_DEVICE_GPU      ? "GPU"
+            : type == NVML_NVLINK_DEVICE_SWITCH ? "NVSwitch"
+                                                : "other");
+    }
+    int nvsCount = 0;
+    for (int p = 0; p < nPeers; p++) {
+      if (peers[p].type == NVML_NVLINK_DEVICE_SWITCH) {
+        nvsCount += peers[p].count;
+      } else if (peers[p].type == NVML_NVLINK_DEVICE_GPU) {
+        int q = findDev(&st->gpus, peers[p].busId);
+        if (q <= g) continue; /* unknown GPU, or added from the other end */
+        int sm = commTopoNodeAt(st->topo, gpuNode[q])->u.gpu.sm;
+        if (sm == 0 || (nd->u.gpu.sm > 0 && nd->u.gpu.sm < sm)) sm = nd->u.gpu.sm;
+        COMMCHECK(commTopoAddNvlink(st->topo, gpuNode[g], gpuNode[q], peers[p].count, peers[p].count * nvlinkBw(sm)));
+        nLinks += peers[p].count;
+      } else {
+        INFO(COMM_TOPO, "topology: GPU %s: %d NVLink(s) to a CPU or an unknown device (%s) left out", d->busId,
+             peers[p].count, peers[p].busId);
+      }
+    }
+    if (nvsCount > 0) {
+      if (nvsNode < 0) COMMCHECK(commTopoAddNode(st->topo, st->host, COMM_TOPO_NVS, -1, &nvsNode));
+      nd = commTopoNodeAt(st->topo, gpuNode[g]);
+      COMMCHECK(commTopoAddNvlink(st->topo, gpuNode[g], nvsNode, nvsCount, nvsCount * nvlinkBw(nd->u.gpu.sm)));
+      nLinks += nvsCount;
+    }
+  }
+  if (nLinks) INFO(COMM_TOPO, "topology: %d NVLink(s)%s", nLinks, nvsNode >= 0 ? ", NVSwitch present" : "");
+  return commSuccess;
+}
+
+/* ---- NICs ---- */
+
+static int kernelAtLeast(int major, int minor) {
+  struct utsname u;
+  int ma = 0, mi = 0;
+  if (uname(&u) != 0 || sscanf(u.release, "%d.%d", &ma, &mi) != 2) return 0;
+  return ma > major || (ma == major && mi >= minor);
+}
+
+static int gdrPossible(const discState* st) {
+  if (pathExists("/sys/kernel/mm/memory_peers/nv_mem/version") || pathExists("/sys/module/nvidia_peermem")) return 1;
+  return st->cudaGpus > 0 && kernelAtLeast(5, 12); /* dma-buf */
+}
+
+/* The speed (Mb/s) of "400 Gb/sec (4X NDR)", 0 if unreadable. */
+static int rateMbps(const char* s) {
+  char* end;
+  double v = strtod(s, &end);
+  if (end == s || v <= 0) return 0;
+  while (*end == ' ') end++;
+  if (strncmp(end, "Mb", 2) == 0) return (int)v;
+  return (int)(v * 1000.0 + 0.5);
+}
+
+/* Port, link layer, speed, netdev and guid of RDMA device d->name. */
+static commResult_t rdmaInfo(discState* st, const discDev* d, commTopoNode* nd, int gdr) {
+  char path[256], buf[128];
+  char** ports = NULL;
+  int nPorts = 0, port = 0;
+  snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports", d->name);
+  COMMCHECK(listDir(path, &ports, &nPorts));
+  for (int i = 0; i < nPorts && port == 0; i++) {
+    snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%s/state", d->name, ports[i]);
+    if (readText(path, buf, sizeof(buf)) > 0 && strstr(buf, "ACTIVE")) port = atoi(ports[i]);
+  }
+  if (port <= 0) port = nPorts > 0 && atoi(ports[0]) > 0 ? atoi(ports[0]) : 1;
+  freeNames(ports, nPorts);
+  nd->u.nic.port = port;
+  nd->u.nic.link = COMM_NIC_IB;
+  snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%d/link_layer", d->name, port);
+  if (readText(path, buf, sizeof(buf)) > 0 && strcmp(buf, "Ethernet") == 0) nd->u.nic.link = COMM_NIC_ROCE;
+  snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%d/rate", d->name, port);
+  int speed = readText(path, buf, sizeof(buf)) > 0 ? rateMbps(buf) : 0;
+  if (speed <= 0) {
+    speed = DEFAULT_NET_MBPS;
+    st->nNetDefault++;
+  }
+  nd->u.nic.speedMbps = speed;
+  char** nets = NULL;
+  int nNets = 0;
+  snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device/net", d->name);
+  COMMCHECK(listDir(path, &nets, &nNets));
+  copyStr(nd->u.nic.netdev, sizeof(nd->u.nic.netdev), nNets > 0 ? nets[0] : d->netdev);
+  freeNames(nets, nNets);
+  snprintf(path, sizeof(path), "/sys/class/infiniband/%s/node_guid", d->name);
+  unsigned g0, g1, g2, g3;
+  if (readText(path, buf, sizeof(buf)) > 0 && sscanf(buf, "%x:%x:%x:%x", &g0, &g1, &g2, &g3) == 4)
+    nd->u.nic.guid = ((uint64_t)g0 << 48) | ((uint64_t)g1 << 32) | ((uint64_t)g2 << 16) | g3;
+  nd->u.nic.gdr = d->busId[0] ? gdr : 0;
+  return commSuccess;
+}
+
+static int netdevMbps(discState* st, const char* name) {
+  char path[256], buf[64];
+  snprintf(path, sizeof(path), "/sys/class/net/%s/speed", name);
+  int speed = readText(path, buf, sizeof(buf)) > 0 ? atoi(buf) : -1;
+  if (speed <= 0) {
+    st->nNetDefault++;
+    speed = DEFAULT_NET_MBPS;
+  }
+  return speed;
+}
+
+/* RDMA devices from /sys/class/infiniband that hwloc did not show (soft RDMA, no hwloc I/O): below CPU 0, on
+ * their PCI function's link when they have one. */
+static commResult_t sweepRdma(discState* st) {
+  char** names = NULL;
+  int n = 0;
+  commResult_t res = commSuccess;
+  COMMCHECK(listDir("/sys/class/infiniband", &names, &n));
+  for (int i = 0; i < n; i++) {
+    int known = 0;
+    for (int j = 0; j < st->nics.n && !known; j++)
+      known = st->nics.a[j].rdma && strcmp(st->nics.a[j].name, names[i]) == 0;
+    if (known || strlen(names[i]) >= COMM_TOPO_NAME_MAX) continue;
+    discDev* d;
+    COMMCHECKGOTO(devPush(&st->nics, &d), res, exit);
+    d->parent = st->cpuNode[0];
+    d->rdma = 1;
+    copyStr(d->name, sizeof(d->name), names[i]);
+    char path[256], real[4096];
+    snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device", names[i]);
+    if (realpath(path, real)) {
+      const char* base = strrchr(real, '/');
+      if (base && busIdNormalize(base + 1, d->busId) == 0 && strstr(real, "/pci") != NULL)
+        pciLink(st, d->busId, 0, &d->bw, &d->gen, &d->width);
+      else
+        d->busId[0] = '\0';
+    }
+  }
+exit:
+  freeNames(names, n);
+  return res;
+}
+
+/* Whether netdev n belongs to one of the RDMA devices: on the same PCI function, or listed in its device/net/
+ * (all of its ports). */
+static int isRdmaNetdev(const discState* st, const discDev* n) {
+  char path[256];
+  for (int i = 0; i < st->nics.n; i++) {
+    const discDev* r = &st->nics.a[i];
+    if (!r->rdma) continue;
+    if (n->busId[0] && strcmp(r->busId, n->busId) == 0) return 1;
+    snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device/net/%s", r->name, n->name);
+    if (pathExists(path)) return 1;
+  }
+  return 0;
+}
+
+/* Netdevs hwloc did not place below a PCI function: up, not loopback, not a bridge or a container bridge. */
+static commResult_t sweepNetdevs(discState* st) {
+  char** names = NULL;
+  int n = 0;
+  commResult_t res = commSuccess;
+  COMMCHECK(listDir("/sys/class/net", &names, &n));
+  for (int i = 0; i < n; i++) {
+    const char* nm = names[i];
+    char path[256], buf[64];
+    if (strcmp(nm, "lo") == 0 || strncmp(nm, "docker", 6) == 0 || strncmp(nm, "virbr", 5) == 0 ||
+        strncmp(nm, "ifb", 3) == 0 || strlen(nm) >= COMM_TOPO_NAME_MAX)
+      continue;
+    int known = 0;
+    for (int j = 0; j < st->nics.n && !known; j++) known = !st->nics.a[j].rdma && strcmp(st->nics.a[j].name, nm) == 0;
+    if (known) continue;
+    snprintf(path, sizeof(path), "/sys/class/net/%s/bridge", nm);
+    if (pathExists(path)) continue;
+    snprintf(path, sizeof(path), "/sys/class/net/%s/brport", nm); /* a bridge's port: the host end of a veth */
+    if (pathExists(path)) continue;
+    snprintf(path, sizeof(path), "/sys/class/net/%s/operstate", nm);
+    if (readText(path, buf, sizeof(buf)) <= 0 || (strcmp(buf, "up") != 0 && strcmp(buf, "unknown") != 0)) continue;
+    discDev* d;
+    COMMCHECKGOTO(devPush(&st->nics, &d), res, exit);
+    d->parent = st->cpuNode[0];
+    copyStr(d->name, sizeof(d->name), nm);
+  }
+exit:
+  freeNames(names, n);
+  return res;
+}
+
+static int cmpNic(const void* a, const void* b) {
+  const discDev *x = a, *y = b;
+  if (x->rdma != y->rdma) return x->rdma ? -1 : 1;
+  int c = natCmp(x->name, y->name);
+  return c ? c : strcmp(x->busId, y->busId);
+}
+
+static commResult_t addNics(discState* st) {
+  COMMCHECK(sweepRdma(st));
+  if (st->nics.n > 1) qsort(st->nics.a, (size_t)st->nics.n, sizeof(discDev), cmpNic);
+  int gdr = gdrPossible(st);
+  /* RDMA devices first (they come first in the order). */
+  int nRdma = 0;
+  for (; nRdma < st->nics.n && st->nics.a[nRdma].rdma; nRdma++) {
+    const discDev* d = &st->nics.a[nRdma];
+    int node;
+    COMMCHECK(commTopoAddNode(st->topo, st->host, COMM_TOPO_NIC, d->parent, &node));
+    commTopoNode* nd = commTopoNodeAt(st->topo, node);
+    copyStr(nd->name, sizeof(nd->name), d->name);
+    copyStr(nd->busId, sizeof(nd->busId), d->busId);
+    COMMCHECK(rdmaInfo(st, d, nd, gdr));
+    nd->bw = d->busId[0] ? d->bw : nd->u.nic.speedMbps / 8000.0;
+  }
+  /* Netdevs: those of the PCI tree that are not an RDMA device's, and the others, in one order. */
+  COMMCHECK(sweepNetdevs(st));
+  if (st->nics.n - nRdma > 1) qsort(st->nics.a + nRdma, (size_t)(st->nics.n - nRdma), sizeof(discDev), cmpNic);
+  for (int i = nRdma; i < st->nics.n; i++) {
+    const discDev* d = &st->nics.a[i];
+    if (isRdmaNetdev(st, d)) continue;
+    int node;
+    COMMCHECK(commTopoAddNode(st->topo, st->host, COMM_TOPO_NIC, d->parent, &node));
+    commTopoNode* nd = commTopoNodeAt(st->topo, node);
+    copyStr(nd->name, sizeof(nd->name), d->name);
+    copyStr(nd->busId, sizeof(nd->busId), d->busId);
+    copyStr(nd->u.nic.netdev, sizeof(nd->u.nic.netdev), d->name);
+    nd->u.nic.link = COMM_NIC_ETH;
+    nd->u.nic.speedMbps = netdevMbps(st, d->name);
+    nd->bw = d->busId[0] ? d->bw : nd->u.nic.speedMbps / 8000.0;
+  }
+  return commSuccess;
+}
+
+/* ---- hwloc ---- */
+
+/* Loads the machine with PCI devices, bridges and OS devices, without caches and without hwloc's GPU
+ * plugins. Returns NULL on failure. */
+static hwloc_topology_t hwLoad(int io) {
+  hwloc_topology_t hw;
+  if (hwloc_topology_init(&hw) != 0) return NULL;
+  hwloc_topology_set_cache_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_NONE);
+  hwloc_topology_set_icache_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_NONE);
+  if (io) {
+    hwloc_topology_set_io_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    /* hwloc's Linux backend reads the PCI tree from sysfs itself; its "pci" plugin (libpciaccess) would only
+     * add device names, and leaks memory at every load. */
+    static const char* const skip[] = {"pci", "cuda", "nvml", "opencl", "rsmi", "levelzero", "gl"};
+    for (size_t i = 0; i < sizeof(skip) / sizeof(skip[0]); i++)
+      (void)hwloc_topology_set_components(hw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, skip[i]); /* absent: fine */
+  }
+  if (hwloc_topology_load(hw) != 0) {
+    hwloc_topology_destroy(hw);
+    return NULL;
+  }
+  return hw;
+}
+
+/* ---- Discovery ---- */
+
+commResult_t commTopoDiscover(commTopo** out) {
+  int64_t t0 = commTimeNs();
+  *out = NULL;
+  discState st;
+  memset(&st, 0, sizeof(st));
+  commResult_t res = commSuccess;
+  int* gpuNode = NULL;
+  pthread_once(&gLibOnce, loadLibs);
+
+  char hostname[COMM_TOPO_NAME_MAX] = "";
+  if (gethostname(hostname, sizeof(hostname)) != 0) hostname[0] = '\0';
+  hostname[sizeof(hostname) - 1] = '\0';
+  struct utsname u;
+  const char* arch = uname(&u) == 0 ? u.machine : "";
+
+  COMMCHECK(commTopoCreate(&st.topo));
+  COMMCHECKGOTO(commTopoAddHost(st.topo, hostname, &st.host), res, fail);
+  st.hw = hwLoad(1);
+  if (st.hw) {
+    COMMCHECKGOTO(addCpusHwloc(&st, arch), res, fail);
+    COMMCHECKGOTO(walkNormal(&st, hwloc_get_root_obj(st.hw)), res, fail);
+  } else {
+    WARN("topology: hwloc cannot load this machine; one CPU node from the affinity mask, no PCI tree");
+    COMMCHECKGOTO(addCpuFallback(&st, arch), res, fail);
+  }
+
+  int hwlocGpus = st.gpus.n;
+  COMMCHECKGOTO(cudaGpus(&st, hwlocGpus), res, fail);
+  if (st.nCudaOnly)
+    WARN("topology: %d CUDA GPU(s) not on hwloc's PCI tree (no PCI information?): placed below CPU 0 at %.1f GB/s",
+         st.nCudaOnly, DEFAULT_CUDA_GPU_BW);
+  COMMCHECKGOTO(commCalloc(&gpuNode, (size_t)st.gpus.n + 1, sizeof(int)), res, fail);
+  COMMCHECKGOTO(addGpus(&st, gpuNode), res, fail);
+  COMMCHECKGOTO(addNics(&st), res, fail);
+  COMMCHECKGOTO(nvlinks(&st, gpuNode), res, fail);
+
+  if (st.nPciDefault)
+    WARN("topology: PCI link speed unknown for %d device(s); assuming %.1f GB/s (PCIe gen3 x16)", st.nPciDefault,
+         DEFAULT_PCI_BW);
+  if (st.nNetDefault)
+    WARN("topology: network speed unknown for %d NIC(s); assuming %d Mb/s", st.nNetDefault, DEFAULT_NET_MBPS);
+
+  COMMCHECKGOTO(commTopoFinish(st.topo), res, fail);
+  const commTopoHost* h = &st.topo->hosts[0];
+  INFO(COMM_TOPO, "topology: discovered %s: %d CPU(s), %d GPU(s), %d NIC(s), %d node(s) in %.1f ms", h->name, h->nCpus,
+       h->nGpus, h->nNics, h->nNodes, (double)(commTimeNs() - t0) / 1e6);
+  *out = st.topo;
+  st.topo = NULL;
+fail:
+  commTopoFree(st.topo);
+  if (st.hw) hwloc_topology_destroy(st.hw);
+  free(st.cpuNode);
+  free(st.cpuSet);
+  free(st.gpus.a);
+  free(st.nics.a);
+  free(gpuNode);
+  return res;
+}
+
+/* ---- Machine summary ---- */
+
+commResult_t commTopoSummary(commMachineSummary* out) {
+  memset(out, 0, sizeof(*out));
+  hwloc_topology_t hw = hwLoad(0);
+  if (hw == NULL) {
+    WARN("hwloc cannot load this machine; machine layout unknown");
+    return commSuccess;
+  }
+  out->nPackages = hwloc_get_nbobjs_by_type(hw, HWLOC_OBJ_PACKAGE);
+  out->nNumaNodes = hwloc_get_nbobjs_by_type(hw, HWLOC_OBJ_NUMANODE);
+  out->nCores = hwloc_get_nbobjs_by_type(hw, HWLOC_OBJ_CORE);
+  out->nPUs = hwloc_get_nbobjs_by_type(hw, HWLOC_OBJ_PU);
+  hwloc_topology_destroy(hw);
+  return commSuccess;
+}
+
+void commTopoLogMachine(void) {
+  if (!COMM_LOG_ENABLED(COMM_LOG_INFO)) return;
+  commMachineSummary m;
+  commTopoSummary(&m);
+  INFO(COMM_TOPO, "machine: %d package(s), %d NUMA node(s), %d core(s), %d PU(s)", m.nPackages, m.nNumaNodes, m.nCores,
+       m.nPUs);
+}
