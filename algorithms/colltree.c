@@ -11,11 +11,12 @@
  *  - part c is cut into P = ceil(len / chunkElems) balanced chunks, so no step carries more than chunkElems;
  *  - a step whose count is 0 is not emitted: it is 0 on both ends of the transfer, so both skip it.
  *
- * Nodes and leaders. The local ranks of node v are its ranks in increasing rank order (they need not be
- * contiguous; nodes may differ in size). On channel c the leader of node v is its (c mod size(v))-th local
- * rank (allreduce across nodes: its (c/2 mod size(v))-th, so each leader runs both trees of the double
- * binary tree, on channels 2j and 2j+1), so channels put their inter-node traffic on different ranks (and
- * NICs). For reduce and
+ * Nodes and leaders. On channel c, with slot j = c (allreduce across nodes: j = c/2, so each leader runs
+ * both trees of the double binary tree, on channels 2j and 2j+1), the local ranks of node v are its ranks in
+ * the order of ring j (args->ringRanks[j]) and the leader is the first of them: the rank where ring j enters
+ * the node, which the topology layer picks nearest the NIC of that ring, so channels put their inter-node
+ * traffic on different ranks and NICs. Without a ring the local ranks are in increasing rank order and the
+ * leader is the (j mod size(v))-th. Nodes need not be contiguous and may differ in size. For reduce and
  * broadcast, the root is the leader of its node on every channel: the result starts or ends there without
  * an extra local hop. Local position p of a rank is its local index minus the leader's, modulo the size.
  *
@@ -112,7 +113,9 @@ static void balancedPart(size_t total, size_t parts, size_t idx, size_t* off, si
 typedef struct {
   int nNodes;
   int* start; /* [nNodes + 1]: node v's ranks are ranks[start[v] .. start[v+1]) */
-  int* ranks; /* [nRanks], grouped by node, increasing within a node */
+  int* ranks; /* [nRanks], grouped by node; within a node in ring order (ring given) or rank order */
+  int* local; /* [nRanks]: index of each rank within its node's part of ranks[] */
+  int byRing; /* ranks[] follows a ring: each node's first rank is its leader */
 } ctNodes;
 
 static int nodeOfRank(const commCollArgs* a, int r) { return a->nodeOf ? a->nodeOf[r] : r; }
@@ -120,11 +123,14 @@ static int nodeOfRank(const commCollArgs* a, int r) { return a->nodeOf ? a->node
 static void nodesFree(ctNodes* t) {
   free(t->start);
   free(t->ranks);
+  free(t->local);
   memset(t, 0, sizeof(*t));
 }
 
-/* Groups the ranks by node (counting sort, stable, so each node's ranks come out in rank order). */
-static commResult_t nodesBuild(const commCollArgs* a, ctNodes* t) {
+/* Groups the ranks by node (counting sort, stable): each node's ranks come out in the order of `ring` (the
+ * ring of the channel's slot, which enters each node at the rank nearest the channel's NIC), or in rank
+ * order without one. */
+static commResult_t nodesBuild(const commCollArgs* a, const int* ring, ctNodes* t) {
   int n = a->nRanks;
   memset(t, 0, sizeof(*t));
   t->nNodes = a->nodeOf ? a->nNodes : n;
@@ -135,6 +141,9 @@ static commResult_t nodesBuild(const commCollArgs* a, ctNodes* t) {
   COMMCHECK(commCalloc(&t->start, (size_t)t->nNodes + 1, sizeof(int)));
   commResult_t res = commCalloc(&t->ranks, (size_t)n, sizeof(int));
   if (res != commSuccess) goto fail;
+  res = commCalloc(&t->local, (size_t)n, sizeof(int));
+  if (res != commSuccess) goto fail;
+  t->byRing = ring != NULL;
   for (int r = 0; r < n; r++) {
     int v = nodeOfRank(a, r);
     if (v < 0 || v >= t->nNodes) {
@@ -154,9 +163,14 @@ static commResult_t nodesBuild(const commCollArgs* a, ctNodes* t) {
   }
   /* Place the ranks in order, advancing start[v] as node v's cursor; afterwards start[v] is node v's end,
    * which is node v+1's start: shift back by one. */
-  for (int r = 0; r < n; r++) t->ranks[t->start[nodeOfRank(a, r)]++] = r;
+  for (int i = 0; i < n; i++) {
+    int r = ring ? ring[i] : i;
+    t->ranks[t->start[nodeOfRank(a, r)]++] = r;
+  }
   for (int v = t->nNodes; v > 0; v--) t->start[v] = t->start[v - 1];
   t->start[0] = 0;
+  for (int v = 0; v < t->nNodes; v++)
+    for (int i = t->start[v]; i < t->start[v + 1]; i++) t->local[t->ranks[i]] = i - t->start[v];
   return commSuccess;
 fail:
   nodesFree(t);
@@ -165,15 +179,10 @@ fail:
 
 static int nodeSize(const ctNodes* t, int v) { return t->start[v + 1] - t->start[v]; }
 
-/* Local index of `rank` in node v (its ranks are sorted). */
+/* Local index of `rank` in its node v. */
 static int localIndex(const ctNodes* t, int v, int rank) {
-  int lo = t->start[v], hi = t->start[v + 1];
-  while (lo < hi) {
-    int mid = lo + (hi - lo) / 2;
-    if (t->ranks[mid] < rank) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo - t->start[v];
+  (void)v;
+  return t->local[rank];
 }
 
 /* ---------------------------------------------------------------------------------------------------- */
@@ -218,10 +227,16 @@ typedef struct {
  * double binary tree) share leader j, so every leader, and its NIC, carries both trees: a node interior in
  * one tree is a leaf in the other, and its NIC sends 1.5x + 1x a quarter of the data instead of 1.5x half
  * of it (4 hosts x 2 ranks, 2 NICs each: 25 -> 13 MB on the busiest NIC for 16 MiB). */
+static int leaderSlot(const commCollArgs* a, int nNodes, int ch) {
+  return a->func == commFuncAllReduce && nNodes > 1 ? ch / 2 : ch;
+}
+
+/* With a ring the leader is where the slot's ring enters the node (the topology puts the rank nearest
+ * the channel's NIC there); without one, the slot-th local rank. */
 static int leaderIndex(const ctChan* c, int v) {
   if (v == c->rootNode) return localIndex(c->nodes, v, c->a->root);
-  int slot = c->a->func == commFuncAllReduce && c->nodes->nNodes > 1 ? c->ch / 2 : c->ch;
-  return slot % nodeSize(c->nodes, v);
+  if (c->nodes->byRing) return 0;
+  return leaderSlot(c->a, c->nodes->nNodes, c->ch) % nodeSize(c->nodes, v);
 }
 
 /* Rank of node v's leader on this channel. */
@@ -466,18 +481,18 @@ commResult_t commCollTreeBuild(const commCollArgs* a, commSchedule* out) {
     return commInvalidArgument;
   }
   ctNodes nodes;
-  COMMCHECK(nodesBuild(a, &nodes));
+  memset(&nodes, 0, sizeof(nodes));
   commResult_t res = commSchedInit(out, a->nChannels);
-  if (res != commSuccess) {
-    nodesFree(&nodes);
-    return res;
-  }
+  if (res != commSuccess) return res;
   const ctInterStage* stage = interStageFor(a);
   for (int ch = 0; ch < a->nChannels && a->count > 0; ch++) {
     ctChan c;
     memset(&c, 0, sizeof(c));
     c.a = a;
     c.s = out;
+    nodesFree(&nodes);
+    int nNodes = a->nodeOf ? a->nNodes : a->nRanks;
+    COMMCHECKGOTO(nodesBuild(a, a->ringRanks[leaderSlot(a, nNodes, ch)], &nodes), res, fail);
     c.nodes = &nodes;
     c.ch = ch;
     c.node = nodeOfRank(a, a->rank);

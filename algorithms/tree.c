@@ -7,8 +7,10 @@
  *    moves about the same number of bytes. With one channel, tree 0 alone carries everything: for
  *    latency-bound sizes that halves the steps each rank runs (the tuner asks for it below 64 KiB per
  *    rank), at the price of the interior ranks' bandwidth.
- *  - reduce and broadcast use one bit tree over positions (rank - root + n) % n, rooted at args->root, the
- *    same on all args->nChannels channels.
+ *  - reduce and broadcast use one bit tree over positions (pos - pos(root) + n) % n, rooted at args->root,
+ *    the same on all args->nChannels channels.
+ *  - both are built over ring positions: position i is args->ringRanks[0][i] (the identity without a ring),
+ *    so ranks the topology placed side by side in the ring (same node, fast paths) are tree neighbours.
  *
  * Data split: the buffer is cut into nChannels balanced contiguous parts (part c: count/nChannels elements,
  * plus one for the first count%nChannels parts); each part is cut into nChunks balanced chunks of at most
@@ -68,10 +70,12 @@
  * copy when in == out), then SEND in[o] -> c1.
  * One rank: a COPY in -> out per channel part (PRE|POST for allreduce and reduce).
  * A step whose count is 0 is not emitted: both ends of the transfer compute the same 0 and skip it. */
+#include <stdlib.h>
 #include <string.h>
 #include "check.h"
 #include "debug.h"
 #include "schedule.h"
+#include "utils.h"
 
 /* Chunks of lookahead per tree level (see the lookahead rule above: at most 2 keeps it deadlock-free). */
 #define TREE_LOOKAHEAD_PER_LEVEL 2
@@ -198,24 +202,39 @@ static commResult_t channelSteps(treeCtx* c, size_t base, size_t len, size_t chu
   return commSuccess;
 }
 
+/* The trees are built over ring positions: position i is args->ringRanks[0][i] (the identity without a
+ * ring), so tree neighbours are ranks the topology placed near each other. posOf is the inverse of that
+ * ring (NULL: the identity). */
+typedef struct {
+  const commCollArgs* a;
+  const int* ring;  /* position -> rank, NULL: identity */
+  const int* posOf; /* rank -> position */
+} treeOrder;
+
+static int rankAt(const treeOrder* o, int pos) { return pos < 0 ? -1 : o->ring ? o->ring[pos] : pos; }
+
 /* Neighbours of `rank` in the tree of channel ch, as ranks. */
-static void treeLinks(const commCollArgs* a, int ch, int rank, int* parent, int* c0, int* c1) {
-  int n = a->nRanks;
+static void treeLinks(const treeOrder* o, int ch, int rank, int* parent, int* c0, int* c1) {
+  const commCollArgs* a = o->a;
+  int n = a->nRanks, me = o->posOf ? o->posOf[rank] : rank, p, x, y;
   if (a->func == commFuncAllReduce) {
-    commDoubleTree(n, ch % 2, rank, parent, c0, c1);
-    return;
+    commDoubleTree(n, ch % 2, me, &p, &x, &y);
+  } else {
+    int root = o->posOf ? o->posOf[a->root] : a->root;
+    commBitTree(n, (me - root + n) % n, &p, &x, &y);
+    p = p < 0 ? -1 : (p + root) % n;
+    x = x < 0 ? -1 : (x + root) % n;
+    y = y < 0 ? -1 : (y + root) % n;
   }
-  int pos = (rank - a->root + n) % n, p, x, y;
-  commBitTree(n, pos, &p, &x, &y);
-  *parent = p < 0 ? -1 : (p + a->root) % n;
-  *c0 = x < 0 ? -1 : (x + a->root) % n;
-  *c1 = y < 0 ? -1 : (y + a->root) % n;
+  *parent = rankAt(o, p);
+  *c0 = rankAt(o, x);
+  *c1 = rankAt(o, y);
 }
 
 /* Edges from `rank` up to the root of channel ch's tree. */
-static int treeDepthOf(const commCollArgs* a, int ch, int rank) {
+static int treeDepthOf(const treeOrder* o, int ch, int rank) {
   int d = 0, p, x, y;
-  for (treeLinks(a, ch, rank, &p, &x, &y); p >= 0 && d <= a->nRanks; treeLinks(a, ch, p, &p, &x, &y)) d++;
+  for (treeLinks(o, ch, rank, &p, &x, &y); p >= 0 && d <= o->a->nRanks; treeLinks(o, ch, p, &p, &x, &y)) d++;
   return d;
 }
 
@@ -254,6 +273,13 @@ commResult_t commTreeBuild(const commCollArgs* a, commSchedule* out) {
     if (len > 0 && chunk > maxChunk) maxChunk = chunk;
   }
   commResult_t res = commSuccess;
+  int* posOf = NULL;
+  treeOrder order = {a, a->ringRanks[0], NULL};
+  if (order.ring) {
+    COMMCHECKGOTO(commCalloc(&posOf, (size_t)a->nRanks, sizeof(int)), res, fail);
+    for (int i = 0; i < a->nRanks; i++) posOf[order.ring[i]] = i;
+    order.posOf = posOf;
+  }
   for (int ch = 0; ch < nCh; ch++) {
     treeCtx c;
     memset(&c, 0, sizeof(c));
@@ -261,10 +287,10 @@ commResult_t commTreeBuild(const commCollArgs* a, commSchedule* out) {
     c.s = out;
     c.ch = ch;
     int c0, c1;
-    treeLinks(a, ch, a->rank, &c.parent, &c0, &c1);
+    treeLinks(&order, ch, a->rank, &c.parent, &c0, &c1);
     if (c0 >= 0) c.child[c.nChild++] = c0;
     if (c1 >= 0) c.child[c.nChild++] = c1;
-    if (a->func == commFuncAllReduce) c.lookahead = TREE_LOOKAHEAD_PER_LEVEL * treeDepthOf(a, ch, a->rank);
+    if (a->func == commFuncAllReduce) c.lookahead = TREE_LOOKAHEAD_PER_LEVEL * treeDepthOf(&order, ch, a->rank);
     c.partBuf = COMM_BUF_OUTPUT;
     if (a->func == commFuncReduce && c.parent >= 0 && c.nChild == 2 && a->count > 0) {
       c.partBuf = COMM_BUF_SCRATCH;
@@ -279,8 +305,10 @@ commResult_t commTreeBuild(const commCollArgs* a, commSchedule* out) {
     if (len == 0) continue;
     COMMCHECKGOTO(channelSteps(&c, off, len, treeChunk(len, a->chunkElems, a->nRanks)), res, fail);
   }
+  free(posOf);
   return commSuccess;
 fail:
+  free(posOf);
   commSchedFree(out);
   return res;
 }

@@ -75,6 +75,11 @@ comm_it_test(algo.pat.np8 COMMAND ${COMM_ALGO_CHECK} pat AllGather,ReduceScatter
 comm_it_test(algo.oneshot.np3 COMMAND ${COMM_ALGO_CHECK} oneshot AllReduce -w 200 -np 3
   ENV "COMM_ALLREDUCE_ONESHOT_MAX=1G" LABELS "mp;algo")
 
+# The topology at init: a loaded cluster file places ranks and orders rings, dumps round-trip, a malformed
+# file fails init with its line.
+comm_it_test(topo_check COMMAND ${COMM_IT_DIR}/topo_check.sh $<TARGET_FILE:mp_colls> ${PROJECT_SOURCE_DIR}/tests/topo
+  LABELS "mp;topo" SERIAL)
+
 # Argument validation: errors, WARNs, buffers untouched.
 comm_it_test(test_args COMMAND test_args LABELS "args;threads")
 

@@ -24,6 +24,7 @@
 #include "check.h"
 #include "comm_net.h"
 #include "core.h"
+#include "topo.h"
 #include "debug.h"
 #include "param.h"
 #include "transport.h"
@@ -483,6 +484,11 @@ void commNetKickProxy(struct commComm* comm) {
 static void* netProxyMain(void* arg) {
   struct commNetState* st = (struct commNetState*)arg;
   struct commComm* comm = st->comm;
+  /* Run near the NIC this rank's traffic leaves through (or its device): its NUMA node's cores. */
+  if (comm->topo && comm->topoRanks) {
+    int nic = commTopoRankNic(comm->topo, comm->topoRanks, comm->nRanks, comm->rank, 0);
+    commTopoBindThread(comm->topo, nic >= 0 ? nic : comm->topoRanks[comm->rank].dev, "NET proxy thread");
+  }
   for (;;) {
     pthread_mutex_lock(&st->wakeLock);
     while (!st->wanted && !__atomic_load_n(&st->proxyStop, __ATOMIC_ACQUIRE))

@@ -15,6 +15,7 @@
 #include "check.h"
 #include "core.h"
 #include "debug.h"
+#include "topo.h"
 #include "transport.h"
 #include "utils.h"
 
@@ -89,14 +90,29 @@ static commResult_t exchangeRecv(struct commComm* comm, int peer, int channel, i
   return bootstrapRecv(comm->bootstrap, peer, connTag(channel, phase), msg, COMM_CONN_INFO_BYTES);
 }
 
+/* One INFO line per connection: the transport and the topology rule behind it. Where the topology would
+ * have chosen differently (GPU pairs the P2P transport would serve), a WARN says what is used instead. */
 static void logConn(struct commComm* comm, const commConn* conn, int id) {
   int from = conn->isSend ? comm->rank : conn->peer;
   int to = conn->isSend ? conn->peer : comm->rank;
+  commTopoTransportChoice choice;
+  const char* why = "";
+  if (comm->topoRanks &&
+      commTopoChooseTransport(comm->topo, comm->topoRanks, comm->nRanks, from, to, &choice) == commSuccess) {
+    why = choice.why;
+    if (choice.transport == COMM_TOPO_USE_P2P)
+      WARN("Channel %02d : rank %d -> rank %d: %s, but the P2P transport is not built; using %s", conn->channel,
+           from, to, choice.why, id == COMM_TRANSPORT_SHM ? "SHM" : "NET");
+    else if (choice.fallback)
+      WARN("Channel %02d : rank %d -> rank %d: %s", conn->channel, from, to, choice.why);
+    else if (id == COMM_TRANSPORT_NET && choice.transport == COMM_TOPO_USE_SHM)
+      why = "same node, COMM_SHM_DISABLE set";
+  }
   if (id == COMM_TRANSPORT_SHM) {
-    INFO(COMM_INIT | COMM_SHM, "Channel %02d : rank %d -> rank %d via SHM", conn->channel, from, to);
+    INFO(COMM_INIT | COMM_SHM, "Channel %02d : rank %d -> rank %d via SHM (%s)", conn->channel, from, to, why);
   } else {
-    INFO(COMM_INIT | COMM_NET, "Channel %02d : rank %d -> rank %d via NET(%s)", conn->channel, from, to,
-         commNetName(comm));
+    INFO(COMM_INIT | COMM_NET, "Channel %02d : rank %d -> rank %d via NET(%s) (%s)", conn->channel, from, to,
+         commNetName(comm), why);
   }
 }
 

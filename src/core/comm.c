@@ -1,4 +1,5 @@
 /* Communicator lifecycle: init (blocking or not), split, finalize, destroy, abort, queries. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,6 +164,12 @@ typedef struct {
   commUniqueId id;
 } initArgs;
 
+static int topoHostByName(const commTopo* topo, const char* hostname) {
+  for (int h = 0; h < topo->nHosts; h++)
+    if (topo->hosts[h].name[0] && strcmp(topo->hosts[h].name, hostname) == 0) return h;
+  return -1;
+}
+
 static void fillPeerInfo(struct commComm* comm, commPeerInfo* info) {
   memset(info, 0, sizeof(*info));
   info->rank = comm->rank;
@@ -180,6 +187,132 @@ static void fillPeerInfo(struct commComm* comm, commPeerInfo* info) {
   }
   if (gethostname(info->hostname, sizeof(info->hostname)) != 0) snprintf(info->hostname, sizeof(info->hostname), "?");
   info->hostname[sizeof(info->hostname) - 1] = '\0';
+  info->topoDevType = info->topoDevIndex = -1;
+  if (comm->topo) {
+    commTopo* t = comm->topo;
+    int h = topoHostByName(t, info->hostname);
+    if (h < 0) h = 0; /* a file without this host: the node's host is known after the exchange */
+    int dev = -1;
+    for (int n = t->hosts[h].firstNode; comm->cudaDev >= 0 && n < t->hosts[h].firstNode + t->hosts[h].nNodes; n++)
+      if (t->nodes[n].type == COMM_TOPO_GPU && t->nodes[n].u.gpu.dev == comm->cudaDev) dev = n;
+    if (dev < 0) dev = commTopoCallerCpu(t, h);
+    if (dev >= 0) {
+      info->topoDevType = t->nodes[dev].type;
+      info->topoDevIndex = t->nodes[dev].index;
+    }
+  }
+}
+
+/* ---- Topology: placement of the ranks, ring order ---- */
+
+/* Topology host of communicator node v: a loaded file's host named like the node, else the v-th host (mod
+ * the count); a discovered topology describes this node only. */
+static int topoHostOfNode(const struct commComm* comm, int v, int firstRank) {
+  const commTopo* t = comm->topo;
+  int h = topoHostByName(t, comm->peers[firstRank].hostname);
+  if (h >= 0) return h;
+  if (commParamStr("COMM_TOPO_FILE", NULL) != NULL) return v % t->nHosts;
+  return v == comm->node ? 0 : -1;
+}
+
+/* COMM_TOPO_DUMP_FILE, written by one rank (COMM_TOPO_DUMP_FILE_RANK, default 0) through a temporary file
+ * renamed into place, so communicators of one process that dump at the same time never mix their output. */
+static commResult_t dumpTopology(struct commComm* comm) {
+  const char* path = commParamStr("COMM_TOPO_DUMP_FILE", NULL);
+  if (path == NULL || comm->rank != commParamInt("COMM_TOPO_DUMP_FILE_RANK", 0, 0, INT32_MAX)) return commSuccess;
+  char tmp[4096];
+  if ((size_t)snprintf(tmp, sizeof(tmp), "%s.%d.%p.tmp", path, (int)getpid(), (void*)comm) >= sizeof(tmp)) {
+    WARN("COMM_TOPO_DUMP_FILE path is too long");
+    return commInvalidArgument;
+  }
+  COMMCHECK(commTopoDumpXml(comm->topo, tmp));
+  if (rename(tmp, path) != 0) {
+    WARN("COMM_TOPO_DUMP_FILE: cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    unlink(tmp);
+    return commSystemError;
+  }
+  INFO(COMM_TOPO | COMM_INIT, "topology written to %s (COMM_TOPO_DUMP_FILE)", path);
+  return commSuccess;
+}
+
+/* Where every rank sits, this node's order on every channel, and the exchange of ring positions. */
+static commResult_t setupTopology(struct commComm* comm) {
+  commResult_t res = commSuccess;
+  int n = comm->nRanks;
+  commTopo* t = comm->topo;
+  commTopoRank* ranks = NULL;
+  int *firstOfNode = NULL, *order = NULL;
+  uint16_t* pos = NULL;
+  COMMCHECK(commCalloc(&ranks, (size_t)n, sizeof(commTopoRank)));
+  comm->topoRanks = ranks;
+  COMMCHECKGOTO(commCalloc(&firstOfNode, (size_t)comm->nNodes, sizeof(int)), res, exit);
+  COMMCHECKGOTO(commCalloc(&order, (size_t)n, sizeof(int)), res, exit);
+  for (int v = 0; v < comm->nNodes; v++) firstOfNode[v] = -1;
+  for (int r = 0; r < n; r++)
+    if (firstOfNode[comm->rankNode[r]] < 0) firstOfNode[comm->rankNode[r]] = r;
+  for (int r = 0; r < n; r++) {
+    int v = comm->rankNode[r];
+    int h = topoHostOfNode(comm, v, firstOfNode[v]);
+    const commPeerInfo* p = &comm->peers[r];
+    int dev = h >= 0 ? commTopoFind(t, h, p->topoDevType, p->topoDevIndex) : -1;
+    if (h >= 0 && dev < 0) {
+      dev = commTopoFind(t, h, COMM_TOPO_CPU, 0);
+      WARN("topology: rank %d's device (%s %d) is not in topology host %d (%s); placing it at CPU0", r,
+           commTopoNodeTypeName(p->topoDevType), p->topoDevIndex, h, t->hosts[h].name);
+    }
+    ranks[r] = (commTopoRank){h, dev, v};
+  }
+  const commTopoRank* me = &ranks[comm->rank];
+  if (me->dev >= 0) {
+    char devLab[96], nicLab[96] = "none";
+    int nic = commTopoRankNic(t, ranks, n, comm->rank, 0);
+    commTopoPath p = commTopoPathOf(t, me->dev, nic);
+    if (nic >= 0) commTopoNodeLabel(t, nic, nicLab, sizeof(nicLab));
+    const commTopoHost* host = &t->hosts[me->host];
+    INFO(COMM_TOPO | COMM_INIT, "topology: rank %d on host %d (%s: %d CPU(s), %d GPU(s), %d NIC(s)), node %d, "
+         "local rank %d of %d, device %s, NIC %s (path %s, %.1f GB/s)", comm->rank, me->host, host->name,
+         host->nCpus, host->nGpus, host->nNics, comm->node, comm->localRank, comm->localRanks,
+         commTopoNodeLabel(t, me->dev, devLab, sizeof(devLab)), nicLab, nic >= 0 ? commTopoPathName(p.type) : "-",
+         nic >= 0 ? p.bw : 0.0);
+  }
+  /* This rank's position in its node's part of every channel's ring, then everyone's. */
+  COMMCHECKGOTO(commCalloc(&pos, (size_t)n * COMM_MAX_CHANNELS, sizeof(uint16_t)), res, exit);
+  uint16_t* mine = pos + (size_t)comm->rank * COMM_MAX_CHANNELS;
+  for (int c = 0; c < COMM_MAX_CHANNELS; c++) {
+    int m = commTopoNodeOrder(t, ranks, n, comm->node, c, order);
+    int i = 0;
+    while (i < m && order[i] != comm->rank) i++;
+    mine[c] = (uint16_t)(i < m ? i : UINT16_MAX);
+  }
+  COMMCHECKGOTO(bootstrapAllGather(comm->bootstrap, pos, COMM_MAX_CHANNELS * sizeof(uint16_t)), res, exit);
+  /* Every rank checks the same data: each node's positions on each channel must be 0 .. m-1 exactly once.
+   * Ranks of one node that saw different machines could disagree; then all fall back to rank order. */
+  int ok = 1;
+  for (int v = 0; v < comm->nNodes && ok; v++) {
+    int m = 0;
+    for (int r = 0; r < n; r++) m += comm->rankNode[r] == v;
+    for (int c = 0; c < COMM_MAX_CHANNELS && ok; c++) {
+      memset(order, 0, sizeof(int) * (size_t)m);
+      for (int r = 0; r < n && ok; r++) {
+        if (comm->rankNode[r] != v) continue;
+        uint16_t q = pos[(size_t)r * COMM_MAX_CHANNELS + c];
+        if (q >= m || order[q]++) ok = 0;
+      }
+    }
+  }
+  if (!ok) {
+    WARN("topology: the ranks of a node disagree on their ring order (different machine descriptions?); rings "
+         "follow rank order");
+    free(pos);
+    pos = NULL;
+  }
+  comm->ringPos = pos;
+  pos = NULL;
+exit:
+  free(firstOfNode);
+  free(order);
+  free(pos);
+  return res;
 }
 
 static commResult_t computeNodes(struct commComm* comm) {
@@ -213,7 +346,15 @@ static commResult_t setupChannels(struct commComm* comm) {
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   int64_t defChannels = ((comm->nNodes > 1 || comm->shmDisable) && ncpu >= 8) ? 2 : 1;
   comm->nChannels = (int)commParamInt("COMM_NCHANNELS", defChannels, 1, COMM_MAX_CHANNELS);
-  for (int c = 0; c < comm->nChannels; c++) COMMCHECK(commChannelEnsure(comm, c));
+  for (int c = 0; c < comm->nChannels; c++) {
+    COMMCHECK(commChannelEnsure(comm, c));
+    if (comm->rank != 0 || !COMM_LOG_ENABLED(COMM_LOG_INFO)) continue;
+    char line[512];
+    int len = 0, shown = comm->nRanks < 64 ? comm->nRanks : 64;
+    for (int i = 0; i < shown && len < (int)sizeof(line) - 16; i++)
+      len += snprintf(line + len, sizeof(line) - (size_t)len, " %d", comm->channels[c].ringRanks[i]);
+    INFO(COMM_INIT | COMM_TOPO, "Ring %02d :%s%s", c, line, shown < comm->nRanks ? " ..." : "");
+  }
   return commSuccess;
 }
 
@@ -231,11 +372,19 @@ commResult_t commChannelEnsure(struct commComm* comm, int c) {
   COMMCHECK(commCalloc(&ch->recv, (size_t)comm->nRanks, sizeof(commConn*)));
   COMMCHECK(commCalloc(&ch->send, (size_t)comm->nRanks, sizeof(commConn*)));
   /* Ring order: ranks grouped by node in order of each node's first rank (so that one hop per node
-   * crosses the network), rank order within a node. The topology layer will refine this. */
+   * crosses the network); within a node the topology's order for this channel (src/topo/order.c: fastest
+   * paths, entering at the rank nearest the channel's NIC), or rank order without one. */
   int pos = 0;
-  for (int node = 0; node < comm->nNodes; node++)
-    for (int q = 0; q < comm->nRanks; q++)
-      if (comm->rankNode[q] == node) ch->ringRanks[pos++] = q;
+  for (int node = 0; node < comm->nNodes; node++) {
+    int m = 0;
+    for (int q = 0; q < comm->nRanks; q++) {
+      if (comm->rankNode[q] != node) continue;
+      if (comm->ringPos) ch->ringRanks[pos + comm->ringPos[(size_t)q * COMM_MAX_CHANNELS + c]] = q;
+      else ch->ringRanks[pos + m] = q;
+      m++;
+    }
+    pos += m;
+  }
   for (int i = 0; i < comm->nRanks; i++) {
     if (ch->ringRanks[i] == comm->rank) {
       ch->ringNext = ch->ringRanks[(i + 1) % comm->nRanks];
@@ -262,6 +411,9 @@ static commResult_t initBody(struct commComm* comm, const commUniqueId* id) {
   commBootstrapOpts opts = {comm->timeoutMs, &comm->abortFlag};
   COMMCHECK(bootstrapInit(id, comm->rank, comm->nRanks, &opts, &comm->bootstrap));
   COMMCHECK(commCalloc(&comm->peers, (size_t)comm->nRanks, sizeof(commPeerInfo)));
+  int64_t topoStart = commTimeNs();
+  COMMCHECK(commTopoGet(&comm->topo));
+  int64_t topoLoaded = commTimeNs();
   fillPeerInfo(comm, &comm->peers[comm->rank]);
   COMMCHECK(bootstrapAllGather(comm->bootstrap, comm->peers, sizeof(commPeerInfo)));
   COMMCHECK(computeNodes(comm));
@@ -269,6 +421,12 @@ static commResult_t initBody(struct commComm* comm, const commUniqueId* id) {
   comm->oversubscribed = cores > 0 && comm->localRanks > cores;
   comm->commHash = commHashBytes(id, sizeof(*id), 0);
   if (comm->rank == 0) commTopoLogMachine();
+  int64_t placeStart = commTimeNs();
+  COMMCHECK(setupTopology(comm));
+  COMMCHECK(dumpTopology(comm));
+  INFO(COMM_TOPO | COMM_INIT, "topology: %s in %.2f ms, placement and ring order in %.2f ms (with one exchange)",
+       commParamStr("COMM_TOPO_FILE", NULL) ? "loaded" : "discovered", (topoLoaded - topoStart) / 1e6,
+       (commTimeNs() - placeStart) / 1e6);
   if (comm->nNodes > 1 || comm->shmDisable) COMMCHECK(commNetInit(comm));
   COMMCHECK(setupChannels(comm));
   COMMCHECK(connectRings(comm));
@@ -300,6 +458,9 @@ static void freeComm(struct commComm* comm) {
   commTransportCloseAll(comm);
   if (comm->net) commNetFinalize(comm);
   commTunerFree(comm);
+  commTopoRelease(comm->topo);
+  free(comm->topoRanks);
+  free(comm->ringPos);
   if (comm->bootstrap) bootstrapClose(comm->bootstrap);
   for (int c = 0; c < COMM_MAX_CHANNELS; c++) {
     free(comm->channels[c].ringRanks);

@@ -22,6 +22,8 @@ typedef struct {
   int rank;
   int pid;
   int cudaDev;      /* -1: host-only rank */
+  int topoDevType;  /* the rank's device in its topology host: a commTopoNodeType (GPU, or CPU for host */
+  int topoDevIndex; /* ranks) and its index among the host's nodes of that type; -1 when unknown */
   int pad;
   uint64_t hostHash;  /* ranks with the same hostHash form a node */
   uint64_t netIfHash; /* the network interface this rank uses (name and address); 0 if none */
@@ -77,6 +79,11 @@ struct commComm {
   int nNetConns, netConnsCap;
   struct commNetState* net;
   struct commTuner* tuner; /* src/tune: algorithm choice per call */
+  struct commTopo* topo;   /* src/topo: this machine (discovered) or COMM_TOPO_FILE's machines */
+  struct commTopoRankT* topoRanks; /* [nRanks] (commTopoRank): host and device of each rank in topo; host
+                                    * -1 for ranks of nodes the topology does not describe */
+  uint16_t* ringPos;       /* [nRanks][COMM_MAX_CHANNELS]: position of each rank in its node's part of each
+                            * channel's ring (topology order); NULL: rank order */
   void* scratch;           /* staging space of the schedules, shared by this comm's plans (they run in turn) */
   size_t scratchBytes;
 
