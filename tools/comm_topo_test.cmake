@@ -1,0 +1,126 @@
+# ctest tools.comm_topo:
+#   cmake -DCOMM_TOPO=<comm_topo> -DTOPO_DIR=<tests/topo> -DWORK=<scratch dir> -P comm_topo_test.cmake
+# Runs comm_topo on the topology files of tests/topo and on this machine and checks what could go wrong: the
+# DGX's GPUs are NVLink peers and its rings stay on NVLink, a PCIe box falls back to shared memory across
+# CPUs, the cluster's rings enter node 0 through a different NIC per channel, the DOT and XML outputs (the
+# XML must load back to the same hosts), a malformed file (exit 1, line-numbered WARN) and a bad option
+# (exit 2).
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK})
+set(ENV{COMM_TOPO_FILE} "")
+set(ENV{COMM_TOPO_DUMP_FILE} "")
+set(ENV{COMM_DEBUG} "WARN")
+
+# run(<name> <expected exit status> args...): output in ${name}_out, ${name}_err.
+function(run name expect)
+  execute_process(COMMAND ${COMM_TOPO} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL expect)
+    message("${out}${err}")
+    message(FATAL_ERROR "comm_topo ${ARGN}: exit status ${rc}, expected ${expect}")
+  endif()
+  set(${name}_out "${out}" PARENT_SCOPE)
+  set(${name}_err "${err}" PARENT_SCOPE)
+endfunction()
+
+function(expect name text regex what)
+  if(NOT text MATCHES "${regex}")
+    message("${text}")
+    message(FATAL_ERROR "${name}: ${what} (no match for /${regex}/)")
+  endif()
+endfunction()
+
+# The host summary lines of an output, for comparisons.
+function(hostLines text var)
+  string(REGEX MATCHALL "\nhosts? [^\n]*" lines "${text}")
+  set(${var} "${lines}" PARENT_SCOPE)
+endfunction()
+
+# DGX H100: full output, DOT and XML.
+run(dgx 0 -f ${TOPO_DIR}/dgx_h100.xml -d ${WORK}/dgx.dot -x ${WORK}/dgx.xml)
+message("${dgx_out}")
+expect(dgx "${dgx_out}" "host 0 \"dgx-h100\": 2 CPUs, 8 GPUs, 8 NICs" "summary line")
+expect(dgx "${dgx_out}" "\n  GPU0 +X +NVL/[0-9]" "path matrix: GPU0-GPU1 is not NVL")
+expect(dgx "${dgx_out}" "\n  GPU0 +[^\n]* PIX/[0-9.]+ +PXB/" "path matrix: GPU0-NIC0 is not PIX")
+expect(dgx "${dgx_out}" "NVLink x18 -> NVS 450.0 GB/s" "NVLinks of the GPUs")
+expect(dgx "${dgx_out}" "CPU0 <-> CPU1 SYS" "inter-CPU link")
+expect(dgx "${dgx_out}" "\nRing 00: 0 [^\n]*\\[intra NVL/" "ring 0 leaves NVLink")
+string(REGEX MATCHALL "\nRing [0-9]+:" rings "${dgx_out}")
+list(LENGTH rings nRings)
+if(NOT nRings EQUAL 8)
+  message(FATAL_ERROR "dgx: ${nRings} rings, expected one per NIC (8)")
+endif()
+expect(dgx "${dgx_out}" "topology loaded in [0-9.]+ ms, paths included; rings and trees for 8 ranks in" "timing")
+file(READ ${WORK}/dgx.dot dot)
+expect(dgx.dot "${dot}" "^(di)?graph " "the DOT file does not start with graph/digraph")
+expect(dgx.dot "${dot}" "NVL x18 [^\n]*style=bold" "the DOT file lacks bold NVLink edges")
+run(dgx_q 0 -f ${TOPO_DIR}/dgx_h100.xml -q)
+run(dgx_xml 0 -f ${WORK}/dgx.xml -q)
+hostLines("${dgx_q_out}" a)
+hostLines("${dgx_xml_out}" b)
+if(NOT a STREQUAL b OR a STREQUAL "")
+  message(FATAL_ERROR "dgx: the -x output reloads to other hosts:\n${a}\nvs\n${b}")
+endif()
+
+# PCIe box: GPUs on different CPUs fall back to shared memory.
+run(pcie 0 -f ${TOPO_DIR}/pcie_4gpu.xml)
+message("${pcie_out}")
+expect(pcie "${pcie_out}" "\n  GPU0 +X +PIX/" "GPU0-GPU1 is not PIX")
+expect(pcie "${pcie_out}" "\\(GPUs on different CPUs\\): SHM \\(fallback\\), path SYS" "SYS pair is not SHM")
+expect(pcie "${pcie_out}" "\\(ring 0 next\\): P2P" "ring 0 next is not P2P")
+
+# Cluster of 4 DGX: 32 ranks, rings enter node 0 through NIC0 on channel 0 and NIC1 on channel 1.
+run(cluster 0 -f ${TOPO_DIR}/cluster_4x_dgx.xml -n 32 -q -x ${WORK}/cluster.xml)
+message("${cluster_out}")
+string(REGEX MATCHALL "\nRing [0-9]+:" rings "${cluster_out}")
+list(LENGTH rings nRings)
+if(nRings LESS 2)
+  message(FATAL_ERROR "cluster: ${nRings} rings, expected at least 2")
+endif()
+expect(cluster "${cluster_out}" "\nRing 00: 0 [^\n]*node0 in NIC0 out" "channel 0 does not enter node 0 through NIC0")
+expect(cluster "${cluster_out}" "\nRing 01: [^\n]*node0 in NIC1 out" "channel 1 does not enter node 0 through NIC1")
+expect(cluster "${cluster_out}" "\nRing 00: [^\n]*inter NET/" "no inter-node hop")
+expect(cluster "${cluster_out}" "\nhost 3 \"node3\": 2 CPUs, 8 GPUs, 8 NICs" "summary of the other hosts")
+run(cluster_xml 0 -f ${WORK}/cluster.xml -n 32 -q)
+hostLines("${cluster_out}" a)
+hostLines("${cluster_xml_out}" b)
+if(NOT a STREQUAL b)
+  message(FATAL_ERROR "cluster: the -x output reloads to other hosts:\n${a}\nvs\n${b}")
+endif()
+run(cluster_full 0 -f ${TOPO_DIR}/cluster_4x_dgx.xml -d ${WORK}/cluster.dot)
+expect(cluster_full "${cluster_full_out}" "tree 0: root node [0-3], depth [1-3]:" "no inter-node tree")
+expect(cluster_full "${cluster_full_out}" "\\(another host\\): NET" "no network transport to another host")
+expect(cluster_full "${cluster_full_out}" "ch 01 tree 1: node0 \\[1 "
+       "channel 1's chain of node 0 does not start at rank 1")
+
+# This machine.
+run(live 0)
+message("${live_out}${live_err}")
+expect(live "${live_out}" "host 0 \"[^\"]*\": [0-9]+ CPUs?, " "summary line")
+expect(live "${live_out}" "\nRing 00: 0" "ring")
+
+# -p: a PNG when Graphviz is installed, else exit status 3.
+find_program(DOT_EXE dot)
+if(DOT_EXE)
+  run(png 0 -f ${TOPO_DIR}/pcie_4gpu.xml -q -p ${WORK}/pcie.png)
+  if(NOT EXISTS ${WORK}/pcie.png)
+    message(FATAL_ERROR "png: no ${WORK}/pcie.png")
+  endif()
+else()
+  run(png 3 -f ${TOPO_DIR}/pcie_4gpu.xml -q -p ${WORK}/pcie.png)
+  expect(png "${png_err}" "dot \\(graphviz\\) not installed" "message")
+endif()
+
+# A malformed file: exit status 1, the parser's WARN with the line.
+file(WRITE ${WORK}/bad.xml "<?xml version=\"1.0\"?>\n<topology version=\"1\">\n  <host name=\"x\">\n"
+                           "    <cpu numa=\"0\" <gpu/>\n  </host>\n</topology>\n")
+run(bad 1 -f ${WORK}/bad.xml)
+expect(bad "${bad_err}" "bad\\.xml:4: " "no line-numbered message")
+run(missing 1 -f ${WORK}/does_not_exist.xml)
+
+# Bad arguments: exit status 2 and the usage.
+run(badopt 2 -Z)
+expect(badopt "${badopt_err}" "usage: " "no usage")
+run(badc 2 -f ${TOPO_DIR}/dgx_h100.xml -c 0)
+run(badn 2 -f ${TOPO_DIR}/dgx_h100.xml -n 9 -R 8)
+run(extra 2 -f ${TOPO_DIR}/dgx_h100.xml extra)
+message("comm_topo: all checks passed")
