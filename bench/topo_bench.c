@@ -8,6 +8,7 @@
  * temporary file; default: tests/topo/dgx_h100.xml of the source tree. Targets (docs): discovery plus ring
  * and tree construction under 50 ms on one machine, and under 1 s for a 1,024-node file. */
 #include <errno.h>
+#include <hwloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,6 +222,20 @@ int main(int argc, char** argv) {
       }
       if (ok) row("discover + rings/trees (32 ch)", detail, runs);
       else skipRow("discover + rings/trees (32 ch)", "failed");
+      /* The peer: hwloc alone, loading the same machine with its I/O tree (what lstopo does), no caches. */
+      for (int i = 0; i < runs && ok; i++) {
+        tick();
+        hwloc_topology_t hw;
+        ok = hwloc_topology_init(&hw) == 0;
+        if (ok) {
+          hwloc_topology_set_io_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+          hwloc_topology_set_cache_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_NONE);
+          ok = hwloc_topology_load(hw) == 0;
+          hwloc_topology_destroy(hw);
+        }
+        tock(i);
+      }
+      if (ok) row("peer: hwloc load with I/O", "same machine, caches off", runs);
     }
   }
 

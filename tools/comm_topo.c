@@ -19,6 +19,7 @@
  *
  * Exit status: 0; 1 when the topology cannot be loaded or a file cannot be written; 2 on bad arguments;
  * 3 when -p was asked for but Graphviz's dot is not installed (everything else is done). */
+#include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -795,6 +796,9 @@ int main(int argc, char** argv) {
   }
 
   commTopo* topo = NULL;
+  /* Discovery matches GPUs to CUDA devices only in processes that have loaded the CUDA driver (as programs
+   * using GPUs have); this tool is about the machine, so it loads the driver when there is one. */
+  if (o.file == NULL) (void)dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
   int64_t t0 = commTimeNs();
   commResult_t res = o.file ? commTopoLoadXml(o.file, &topo) : commTopoGet(&topo);
   double loadMs = msSince(t0);

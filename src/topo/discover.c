@@ -214,6 +214,7 @@ typedef int (*nvmlGetMemoryInfo_t)(nvmlDevice_t, nvmlMemory_t*);
 static struct {
   int cudaLoaded; /* every required symbol found */
   int cuInitErr;  /* cuInit(0), called once */
+  int cudaTried;  /* libcuda was found loaded and looked at */
   cuInit_t init;
   cuDeviceGetCount_t getCount;
   cuDeviceGet_t get;
@@ -236,10 +237,16 @@ static pthread_once_t gLibOnce = PTHREAD_ONCE_INIT;
 
 /* Both libraries are initialised once and stay loaded and initialised for the life of the process: the CUDA
  * driver keeps state (and threads) after cuInit, a failed cuInit fails again, and nvmlInit / nvmlShutdown
- * cost milliseconds at every discovery otherwise. */
-static void loadLibs(void) {
-  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+ * cost milliseconds at every discovery otherwise.
+ * The CUDA driver is only used when the process has loaded it already (a program that uses GPUs has):
+ * cuInit costs about 250 ms on an H200 machine, which a host-memory communicator must not pay. Until then
+ * GPUs come from hwloc and NVML with CUDA device -1, and each discovery looks again. */
+static pthread_mutex_t gCudaLock = PTHREAD_MUTEX_INITIALIZER;
+static void loadCuda(void) {
+  pthread_mutex_lock(&gCudaLock);
+  void* h = gLib.cudaLoaded || gLib.cudaTried ? NULL : dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
   if (h) {
+    gLib.cudaTried = 1;
     gLib.init = (cuInit_t)dlsym(h, "cuInit");
     gLib.getCount = (cuDeviceGetCount_t)dlsym(h, "cuDeviceGetCount");
     gLib.get = (cuDeviceGet_t)dlsym(h, "cuDeviceGet");
@@ -250,7 +257,11 @@ static void loadLibs(void) {
     gLib.cudaLoaded = gLib.init && gLib.getCount && gLib.get && gLib.busId && gLib.attr && gLib.totalMem && gLib.name;
     if (gLib.cudaLoaded) gLib.cuInitErr = gLib.init(0);
   }
-  h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  pthread_mutex_unlock(&gCudaLock);
+}
+
+static void loadLibs(void) {
+  void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (h) {
     gLib.nvInit = (nvmlInit_t)dlsym(h, "nvmlInit_v2");
     gLib.nvHandle = (nvmlGetHandleByPciBusId_t)dlsym(h, "nvmlDeviceGetHandleByPciBusId_v2");
@@ -630,12 +641,12 @@ static int findDev(const discDevs* v, const char* busId) {
 static commResult_t cudaGpus(discState* st, int hwlocGpus) {
   if (!gLib.cudaLoaded) {
     if (hwlocGpus)
-      WARN(
-          "topology: %d NVIDIA GPU(s) on PCI but the CUDA driver (libcuda.so.1) cannot be loaded; their CUDA "
-          "devices are unknown",
-          hwlocGpus);
+      INFO(COMM_TOPO,
+           "topology: %d NVIDIA GPU(s) on PCI; the CUDA driver is not loaded in this process, so their CUDA device "
+           "numbers are not matched (a program that uses them loads CUDA before it creates a communicator)",
+           hwlocGpus);
     else
-      INFO(COMM_TOPO, "topology: no CUDA driver (libcuda.so.1): no CUDA GPUs");
+      INFO(COMM_TOPO, "topology: the CUDA driver is not loaded in this process: no CUDA GPUs");
     return commSuccess;
   }
   int err = gLib.cuInitErr, count = 0;
@@ -1032,6 +1043,7 @@ commResult_t commTopoDiscover(commTopo** out) {
   commResult_t res = commSuccess;
   int* gpuNode = NULL;
   pthread_once(&gLibOnce, loadLibs);
+  loadCuda();
 
   char hostname[COMM_TOPO_NAME_MAX] = "";
   if (gethostname(hostname, sizeof(hostname)) != 0) hostname[0] = '\0';
