@@ -2,7 +2,7 @@
 # netns_cluster.sh: a small cluster on one machine, for multi-host tests and benchmarks.
 #
 #   scripts/netns_cluster.sh [-H hosts] [-R ranks-per-host] [-n nics-per-host] [-r rate] [-d delay]
-#                            [-l logdir] [-q] -- COMMAND [ARGS...]
+#                            [-l logdir] [-a] [-q] -- COMMAND [ARGS...]
 #
 # Makes H network namespaces ("hosts") and one "switch" namespace holding one Linux bridge per rail.
 # Host h gets n NICs: NIC i is a veth pair from the host into bridge i, address 10.(240+i).0.(h+1)/24 (rail
@@ -10,19 +10,21 @@
 # shaped to RATE (tc tbf, e.g. 1gbit, 500mbit), and with -d delayed (tc netem, e.g. 50us). Then H x R
 # copies of COMMAND run, ranks h*R .. h*R+R-1 in host h, started as a launcher would: COMM_ROOT (rank 0's
 # host, NIC 0), COMM_RANK, COMM_NRANKS, and COMM_SOCKET_IFNAME = the NIC of the rank's rail (local rank
-# modulo n). Every other variable of the caller's environment passes through (COMM_ALGO, COMM_DEBUG...).
+# modulo n); with -a, no COMM_SOCKET_IFNAME: the library picks each rank's NICs from the topology it
+# discovers in its host (the veths, in NIC order). Every other variable of the caller's environment
+# passes through (COMM_ALGO, COMM_DEBUG...).
 # Output: each rank's stdout+stderr in LOGDIR/rankN.log; rank 0's is printed at the end (all with -q
 # off and a failure). Exit: 0 when every rank exits 0; 1 when some rank fails; 77 when the machine
 # cannot do it (not root, no ip netns, no bridge or tc). Everything is removed on exit.
 # SPDX-License-Identifier: Apache-2.0
 set -uo pipefail
 
-H=4 R=2 NICS=1 RATE="" DELAY="" LOGDIR="" QUIET=0
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-while getopts "H:R:n:r:d:l:qh" opt; do
+H=4 R=2 NICS=1 RATE="" DELAY="" LOGDIR="" QUIET=0 AUTO_NIC=0
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+while getopts "H:R:n:r:d:l:aqh" opt; do
   case $opt in
     H) H=$OPTARG ;; R) R=$OPTARG ;; n) NICS=$OPTARG ;; r) RATE=$OPTARG ;; d) DELAY=$OPTARG ;;
-    l) LOGDIR=$OPTARG ;; q) QUIET=1 ;; *) usage ;;
+    l) LOGDIR=$OPTARG ;; a) AUTO_NIC=1 ;; q) QUIET=1 ;; *) usage ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -105,8 +107,10 @@ ROOT="$(addr 0 0):$PORT"
 for ((rank = 0; rank < N; rank++)); do
   h=$((rank / R)) local=$((rank % R))
   nic=$((local % NICS))
+  ifname=(COMM_SOCKET_IFNAME="=$(if_host $h $nic)")
+  [[ $AUTO_NIC -eq 1 ]] && ifname=()
   ip netns exec "$(host_ns $h)" env COMM_ROOT="$ROOT" COMM_RANK=$rank COMM_NRANKS=$N \
-    COMM_SOCKET_IFNAME="=$(if_host $h $nic)" "$@" >"$LOGDIR/rank$rank.log" 2>&1 &
+    "${ifname[@]}" "$@" >"$LOGDIR/rank$rank.log" 2>&1 &
   PIDS+=($!)
 done
 

@@ -98,6 +98,10 @@ set_tests_properties(integration.two_hosts PROPERTIES SKIP_RETURN_CODE 77)
 comm_it_test(cluster_algos COMMAND ${COMM_IT_DIR}/cluster_algos.sh $<TARGET_FILE:mp_colls> LABELS "twohost;heavy;algo"
   SERIAL)
 set_tests_properties(integration.cluster_algos PROPERTIES SKIP_RETURN_CODE 77)
+# NIC choice from the discovered topology (2 x 2 ranks, 2 NICs each, no COMM_SOCKET_IFNAME; needs root).
+comm_it_test(cluster_nics COMMAND ${COMM_IT_DIR}/cluster_nics.sh $<TARGET_FILE:mp_colls> LABELS "twohost;heavy;topo"
+  SERIAL)
+set_tests_properties(integration.cluster_nics PROPERTIES SKIP_RETURN_CODE 77)
 
 # Launcher-style start on this host (COMM_ROOT, COMM_RANK, COMM_NRANKS, zero id), and a rank with the
 # wrong COMM_ROOT_SECRET turned away.

@@ -33,9 +33,12 @@
 #define NET_PAGE 4096
 #define NET_PROXY_BUSY_US 20
 
+#define NET_MAX_DEVS 64
+
 struct commNetState {
   const commNet_t* net;
-  int dev;
+  int nDevs;                  /* the plugin's devices (at most NET_MAX_DEVS are used) */
+  char devName[NET_MAX_DEVS][64];
   int fromLibrary; /* holds a reference on the loaded plugin library */
   /* Proxy thread. listLock guards comm->netConns against the proxy (the owner thread reads it freely). */
   struct commComm* comm;
@@ -150,18 +153,21 @@ commResult_t commNetInit(struct commComm* comm) {
     free(st);
     return commSystemError;
   }
-  st->dev = 0;
   st->comm = comm;
   pthread_mutex_init(&st->listLock, NULL);
   pthread_mutex_init(&st->wakeLock, NULL);
   pthread_cond_init(&st->wake, NULL);
   comm->net = st;
-  commNetProperties_t props;
-  if (st->net->getProperties(st->dev, &props) == commSuccess) {
-    INFO(COMM_NET | COMM_INIT, "NET : using network %s, device 0 %s (%d Mbps)", st->net->name,
-         props.name ? props.name : "?", props.speedMbps);
-  } else {
-    INFO(COMM_NET | COMM_INIT, "NET : using network %s", st->net->name);
+  int ndev = 0;
+  if (st->net->devices(&ndev) != commSuccess || ndev < 1) ndev = 1;
+  st->nDevs = ndev < NET_MAX_DEVS ? ndev : NET_MAX_DEVS;
+  for (int d = 0; d < st->nDevs; d++) {
+    commNetProperties_t props;
+    if (st->net->getProperties(d, &props) == commSuccess) {
+      snprintf(st->devName[d], sizeof(st->devName[d]), "%s", props.name ? props.name : "");
+      INFO(COMM_NET | COMM_INIT, "NET : using network %s, device %d %s (%d Mbps)", st->net->name, d,
+           st->devName[d], props.speedMbps);
+    }
   }
   return commSuccess;
 }
@@ -198,6 +204,26 @@ const char* commNetName(const struct commComm* comm) {
 }
 
 /* ---------------------------------------------------------------- connections */
+
+/* The network device this rank uses on a channel: the plugin device named like the topology's NIC for the
+ * rank on that channel (commTopoRankNic: nearest its device, ranks of one device spread over equal NICs,
+ * a rank alone turning through them by channel); a NIC the plugin does not offer (COMM_SOCKET_IFNAME
+ * narrowed the list, or the topology came from a file) falls back to device (local rank + channel) mod the
+ * device count. The receiving side's device is the one that counts: its address is what the sender
+ * connects to. */
+static int netDevice(struct commComm* comm, int channel) {
+  struct commNetState* st = comm->net;
+  if (st->nDevs <= 1) return 0;
+  int nic = comm->topo && comm->topoRanks ? commTopoRankNic(comm->topo, comm->topoRanks, comm->nRanks, comm->rank,
+                                                            channel)
+                                          : -1;
+  if (nic >= 0) {
+    const commTopoNode* nd = &comm->topo->nodes[nic];
+    for (int d = 0; d < st->nDevs; d++)
+      if (strcmp(st->devName[d], nd->name) == 0 || strcmp(st->devName[d], nd->u.nic.netdev) == 0) return d;
+  }
+  return (comm->localRank + channel) % st->nDevs;
+}
 
 typedef struct {
   const commNet_t* net;
@@ -276,7 +302,7 @@ static commResult_t netSetup(struct commComm* comm, commConn* conn) {
   netPriv* p;
   COMMCHECK(commCalloc(&p, 1, sizeof(*p)));
   p->net = comm->net->net;
-  p->dev = comm->net->dev;
+  p->dev = netDevice(comm, conn->channel);
   conn->priv = p;
   size_t ctrlBytes = COMM_ALIGN_UP(sizeof(commFifoCtrl), (size_t)NET_PAGE);
   size_t bytes = ctrlBytes + (size_t)comm->nSlots * comm->slotBytes;
@@ -349,6 +375,9 @@ static commResult_t netRecvSetup(struct commComm* comm, commConn* conn, void* in
   netPriv* p = (netPriv*)conn->priv;
   commResult_t res = p->net->listen(p->dev, info, &p->listenComm);
   if (res != commSuccess) return netSetupFail(conn, "listen", res);
+  if (comm->net->nDevs > 1)
+    INFO(COMM_NET | COMM_INIT, "NET : channel %02d : rank %d receives from rank %d on device %d (%s)", conn->channel,
+         comm->rank, conn->peer, p->dev, comm->net->devName[p->dev]);
   return commSuccess;
 }
 
@@ -358,10 +387,6 @@ static commResult_t netSendConnect(struct commComm* comm, commConn* conn, const 
   netPriv* p = (netPriv*)conn->priv;
   char handle[COMM_NET_HANDLE_MAXSIZE];
   memcpy(handle, info, sizeof(handle));
-  if (p->dev != 0) {
-    WARN("NET : device %d not supported", p->dev);
-    return commInternalError;
-  }
   COMMCHECK(netWait(comm, conn, "connect", netConnectFn, (void*)p->net, handle, &p->sendComm));
   commResult_t res = p->net->regMr(p->sendComm, conn->slots, (size_t)conn->nSlots * conn->slotBytes,
                                    COMM_PTR_HOST, &p->mhandle);

@@ -59,22 +59,28 @@ _Static_assert(sizeof(sockHello) == 8, "hello must be 8 bytes");
 
 /* ---------------------------------------------------------------- process-wide device state */
 
+/* One device per usable interface (commSocketFindInterfaces: COMM_SOCKET_IFNAME's matches, or every
+ * interface that is up with an address of the best class); device 0 is the bootstrap's interface. A
+ * device is where a receiver listens; a sender connects from wherever the kernel routes to that address. */
+#define SOCK_MAX_DEVS 16
 static pthread_mutex_t sockInitLock = PTHREAD_MUTEX_INITIALIZER;
 static int sockInitDone;
-static char sockIfName[COMM_IFNAME_MAX];
-static commSockAddr sockIfAddr;
+static int sockNDevs;
+static char sockIfNames[SOCK_MAX_DEVS][COMM_IFNAME_MAX];
+static commSockAddr sockIfAddrs[SOCK_MAX_DEVS];
 
 static commResult_t sockInit(commNetLogger_t logger) {
   (void)logger; /* built in: logs through debug.h directly */
   commResult_t res = commSuccess;
   pthread_mutex_lock(&sockInitLock);
   if (!sockInitDone) {
-    res = commSocketFindInterface(sockIfName, &sockIfAddr);
+    res = commSocketFindInterfaces(sockIfNames, sockIfAddrs, SOCK_MAX_DEVS, &sockNDevs);
     if (res == commSuccess) {
       char buf[128];
       sockInitDone = 1;
-      INFO(COMM_NET, "NET/Socket : using interface %s %s", sockIfName,
-           commSocketAddrStr(&sockIfAddr, buf, sizeof(buf)));
+      for (int d = 0; d < sockNDevs; d++)
+        INFO(COMM_NET, "NET/Socket : device %d: interface %s %s", d, sockIfNames[d],
+             commSocketAddrStr(&sockIfAddrs[d], buf, sizeof(buf)));
     } else {
       WARN("NET/Socket : no usable network interface (COMM_SOCKET_IFNAME=%s)",
            commParamStr("COMM_SOCKET_IFNAME", "<unset>"));
@@ -85,7 +91,7 @@ static commResult_t sockInit(commNetLogger_t logger) {
 }
 
 static commResult_t sockDevices(int* ndev) {
-  *ndev = sockInitDone ? 1 : 0;
+  *ndev = sockInitDone ? sockNDevs : 0;
   return commSuccess;
 }
 
@@ -102,16 +108,16 @@ static int sockReadSpeed(const char* ifName) {
 }
 
 static commResult_t sockGetProperties(int dev, commNetProperties_t* props) {
-  if (dev != 0 || !sockInitDone) {
+  if (dev < 0 || dev >= sockNDevs || !sockInitDone) {
     WARN("NET/Socket : invalid device %d", dev);
     return commInvalidArgument;
   }
   memset(props, 0, sizeof(*props));
-  props->name = sockIfName;
+  props->name = sockIfNames[dev];
   props->pciPath = NULL;
   props->guid = 0;
   props->ptrSupport = COMM_PTR_HOST;
-  props->speedMbps = sockReadSpeed(sockIfName);
+  props->speedMbps = sockReadSpeed(sockIfNames[dev]);
   props->port = 0;
   props->latencyUs = 0;
   props->maxComms = 65536;
@@ -580,13 +586,13 @@ static void sockFreeComm(sockComm* c) {
 
 static commResult_t sockListenFn(int dev, void* handle, void** listenComm) {
   *listenComm = NULL;
-  if (dev != 0 || !sockInitDone) {
+  if (dev < 0 || dev >= sockNDevs || !sockInitDone) {
     WARN("NET/Socket : listen on invalid device %d", dev);
     return commInvalidArgument;
   }
   sockListen* l;
   COMMCHECK(commCalloc(&l, 1, sizeof(*l)));
-  commSockAddr addr = sockIfAddr;
+  commSockAddr addr = sockIfAddrs[dev];
   if (addr.sa.sa_family == AF_INET) addr.sin.sin_port = 0;
   else addr.sin6.sin6_port = 0;
   commResult_t res;
@@ -609,7 +615,10 @@ fail:
 
 static commResult_t sockConnect(int dev, void* handle, void** sendComm) {
   *sendComm = NULL;
-  if (dev != 0) return commInvalidArgument;
+  if (dev < 0 || dev >= sockNDevs) {
+    WARN("NET/Socket : connect on invalid device %d", dev);
+    return commInvalidArgument;
+  }
   const sockHandle* h = (const sockHandle*)handle;
   int nt, ns;
   sockConfig(&nt, &ns);

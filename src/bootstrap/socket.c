@@ -127,7 +127,14 @@ static int addrClass(const struct ifaddrs* ifa) {
   return 1;
 }
 
-commResult_t commSocketFindInterface(char ifName[COMM_IFNAME_MAX], commSockAddr* addr) {
+static void copyAddr(const struct ifaddrs* ifa, commSockAddr* addr) {
+  memset(addr, 0, sizeof(*addr));
+  if (ifa->ifa_addr->sa_family == AF_INET) memcpy(&addr->sin, ifa->ifa_addr, sizeof(addr->sin));
+  else memcpy(&addr->sin6, ifa->ifa_addr, sizeof(addr->sin6));
+}
+
+commResult_t commSocketFindInterfaces(char names[][COMM_IFNAME_MAX], commSockAddr* addrs, int max, int* count) {
+  *count = 0;
   char spec[SOCKET_IFNAME_LIST_MAX];
   const char* env = commParamStr("COMM_SOCKET_IFNAME", NULL);
   spec[0] = '\0';
@@ -141,7 +148,8 @@ commResult_t commSocketFindInterface(char ifName[COMM_IFNAME_MAX], commSockAddr*
     WARN("getifaddrs failed: %s", strerror(errno));
     return commSystemError;
   }
-  const struct ifaddrs* best = NULL;
+  /* The best address class over all candidates; then every interface that has an address of that class
+   * (its first such address), in the order getifaddrs lists them. */
   int bestClass = 5;
   for (const struct ifaddrs* ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
     if (ifa->ifa_addr == NULL) continue;
@@ -152,40 +160,45 @@ commResult_t commSocketFindInterface(char ifName[COMM_IFNAME_MAX], commSockAddr*
     int c = addrClass(ifa);
     /* Without a user choice, loopback is only the last resort and only as "lo" itself. */
     if (!userFilter && c >= 3 && strcmp(ifa->ifa_name, "lo") != 0) continue;
-    if (c < bestClass) {
-      best = ifa;
-      bestClass = c;
-    }
+    if (c < bestClass) bestClass = c;
   }
-  commResult_t res = commSuccess;
-  if (best == NULL) {
-    if (userFilter) {
-      WARN("no interface that is up matches COMM_SOCKET_IFNAME=%s", spec);
-    } else {
-      WARN("no usable network interface found (not even loopback \"lo\")");
-    }
-    res = commSystemError;
-  } else {
-    memset(addr, 0, sizeof(*addr));
-    if (best->ifa_addr->sa_family == AF_INET) {
-      memcpy(&addr->sin, best->ifa_addr, sizeof(addr->sin));
-    } else {
-      memcpy(&addr->sin6, best->ifa_addr, sizeof(addr->sin6));
-    }
-    snprintf(ifName, COMM_IFNAME_MAX, "%s", best->ifa_name);
-    if (!userFilter && bestClass >= 3) {
-      WARN("no non-loopback network interface is up: using loopback \"%s\" (ranks on other hosts cannot connect)",
-           ifName);
-    }
-    char ip[INET6_ADDRSTRLEN];
-    const void* raw =
-        addr->sa.sa_family == AF_INET ? (const void*)&addr->sin.sin_addr : (const void*)&addr->sin6.sin6_addr;
-    if (inet_ntop(addr->sa.sa_family, raw, ip, sizeof(ip)) == NULL) snprintf(ip, sizeof(ip), "?");
-    TRACE(COMM_BOOTSTRAP, "socket interface %s address %s%s%s%s", ifName, ip,
-          userFilter ? " (COMM_SOCKET_IFNAME=" : "", userFilter ? spec : "", userFilter ? ")" : "");
+  for (const struct ifaddrs* ifa = list; ifa != NULL && *count < max; ifa = ifa->ifa_next) {
+    if (ifa->ifa_addr == NULL) continue;
+    int fam = ifa->ifa_addr->sa_family;
+    if (fam != AF_INET && fam != AF_INET6) continue;
+    if (!(ifa->ifa_flags & IFF_UP)) continue;
+    if (userFilter && !filterMatches(&filter, ifa->ifa_name)) continue;
+    if (addrClass(ifa) != bestClass) continue;
+    if (!userFilter && bestClass >= 3 && strcmp(ifa->ifa_name, "lo") != 0) continue;
+    int dup = 0;
+    for (int i = 0; i < *count && !dup; i++) dup = strcmp(names[i], ifa->ifa_name) == 0;
+    if (dup) continue;
+    snprintf(names[*count], COMM_IFNAME_MAX, "%s", ifa->ifa_name);
+    copyAddr(ifa, &addrs[*count]);
+    (*count)++;
   }
   freeifaddrs(list);
-  return res;
+  if (*count == 0) {
+    if (userFilter) WARN("no interface that is up matches COMM_SOCKET_IFNAME=%s", spec);
+    else WARN("no usable network interface found (not even loopback \"lo\")");
+    return commSystemError;
+  }
+  if (!userFilter && bestClass >= 3)
+    WARN("no non-loopback network interface is up: using loopback \"%s\" (ranks on other hosts cannot connect)",
+         names[0]);
+  char buf[128];
+  TRACE(COMM_BOOTSTRAP, "socket interface %s address %s%s%s%s (%d usable)", names[0],
+        commSocketAddrStr(&addrs[0], buf, sizeof(buf)), userFilter ? " (COMM_SOCKET_IFNAME=" : "",
+        userFilter ? spec : "", userFilter ? ")" : "", *count);
+  return commSuccess;
+}
+
+commResult_t commSocketFindInterface(char ifName[COMM_IFNAME_MAX], commSockAddr* addr) {
+  char names[1][COMM_IFNAME_MAX];
+  int count = 0;
+  COMMCHECK(commSocketFindInterfaces(names, addr, 1, &count));
+  snprintf(ifName, COMM_IFNAME_MAX, "%s", names[0]);
+  return commSuccess;
 }
 
 /* ---------------------------------------------------------------------------------------------------- */

@@ -235,6 +235,13 @@ static commResult_t dumpTopology(struct commComm* comm) {
   return commSuccess;
 }
 
+/* What each rank tells the others once placed: its position in its node's part of each channel's ring,
+ * and a hash of the NIC it uses. */
+typedef struct {
+  uint16_t pos[COMM_MAX_CHANNELS];
+  uint64_t nicHash;
+} rankTopoMsg;
+
 /* Where every rank sits, this node's order on every channel, and the exchange of ring positions. */
 static commResult_t setupTopology(struct commComm* comm) {
   commResult_t res = commSuccess;
@@ -242,7 +249,9 @@ static commResult_t setupTopology(struct commComm* comm) {
   commTopo* t = comm->topo;
   commTopoRank* ranks = NULL;
   int *firstOfNode = NULL, *order = NULL;
-  uint16_t* pos = NULL;
+  rankTopoMsg* msgs = NULL;
+  int* nodeStart = NULL;
+  char* seen = NULL;
   COMMCHECK(commCalloc(&ranks, (size_t)n, sizeof(commTopoRank)));
   comm->topoRanks = ranks;
   COMMCHECKGOTO(commCalloc(&firstOfNode, (size_t)comm->nNodes, sizeof(int)), res, exit);
@@ -275,43 +284,52 @@ static commResult_t setupTopology(struct commComm* comm) {
          commTopoNodeLabel(t, me->dev, devLab, sizeof(devLab)), nicLab, nic >= 0 ? commTopoPathName(p.type) : "-",
          nic >= 0 ? p.bw : 0.0);
   }
-  /* This rank's position in its node's part of every channel's ring, then everyone's. */
-  COMMCHECKGOTO(commCalloc(&pos, (size_t)n * COMM_MAX_CHANNELS, sizeof(uint16_t)), res, exit);
-  uint16_t* mine = pos + (size_t)comm->rank * COMM_MAX_CHANNELS;
+  /* This rank's position in its node's part of every channel's ring, and the NIC it uses, then everyone's. */
+  COMMCHECKGOTO(commCalloc(&msgs, (size_t)n, sizeof(rankTopoMsg)), res, exit);
+  rankTopoMsg* mine = &msgs[comm->rank];
   for (int c = 0; c < COMM_MAX_CHANNELS; c++) {
     int m = commTopoNodeOrder(t, ranks, n, comm->node, c, order);
     int i = 0;
     while (i < m && order[i] != comm->rank) i++;
-    mine[c] = (uint16_t)(i < m ? i : UINT16_MAX);
+    mine->pos[c] = (uint16_t)(i < m ? i : UINT16_MAX);
   }
-  COMMCHECKGOTO(bootstrapAllGather(comm->bootstrap, pos, COMM_MAX_CHANNELS * sizeof(uint16_t)), res, exit);
+  /* The tuner counts a node's NICs from what its ranks report: the topology's NIC of each rank (which the
+   * network transport listens on), unless COMM_SOCKET_IFNAME pins the interface (then the one hashed into
+   * the peer info). */
+  mine->nicHash = comm->peers[comm->rank].netIfHash;
+  int nic = me->dev >= 0 ? commTopoRankNic(t, ranks, n, comm->rank, 0) : -1;
+  if (nic >= 0 && commParamStr("COMM_SOCKET_IFNAME", NULL) == NULL)
+    mine->nicHash = commHashString(t->nodes[nic].name, comm->peers[comm->rank].hostHash);
+  COMMCHECKGOTO(bootstrapAllGather(comm->bootstrap, msgs, sizeof(rankTopoMsg)), res, exit);
+  for (int r = 0; r < n; r++) comm->peers[r].netIfHash = msgs[r].nicHash;
   /* Every rank checks the same data: each node's positions on each channel must be 0 .. m-1 exactly once.
    * Ranks of one node that saw different machines could disagree; then all fall back to rank order. */
+  COMMCHECKGOTO(commCalloc(&nodeStart, (size_t)comm->nNodes + 1, sizeof(int)), res, exit);
+  COMMCHECKGOTO(commCalloc(&seen, (size_t)n, 1), res, exit);
+  for (int r = 0; r < n; r++) nodeStart[comm->rankNode[r] + 1]++;
+  for (int v = 0; v < comm->nNodes; v++) nodeStart[v + 1] += nodeStart[v];
   int ok = 1;
-  for (int v = 0; v < comm->nNodes && ok; v++) {
-    int m = 0;
-    for (int r = 0; r < n; r++) m += comm->rankNode[r] == v;
-    for (int c = 0; c < COMM_MAX_CHANNELS && ok; c++) {
-      memset(order, 0, sizeof(int) * (size_t)m);
-      for (int r = 0; r < n && ok; r++) {
-        if (comm->rankNode[r] != v) continue;
-        uint16_t q = pos[(size_t)r * COMM_MAX_CHANNELS + c];
-        if (q >= m || order[q]++) ok = 0;
-      }
+  for (int c = 0; c < COMM_MAX_CHANNELS && ok; c++) {
+    memset(seen, 0, (size_t)n);
+    for (int r = 0; r < n && ok; r++) {
+      int v = comm->rankNode[r], q = msgs[r].pos[c];
+      if (q >= nodeStart[v + 1] - nodeStart[v] || seen[nodeStart[v] + q]++) ok = 0;
     }
   }
   if (!ok) {
     WARN("topology: the ranks of a node disagree on their ring order (different machine descriptions?); rings "
          "follow rank order");
-    free(pos);
-    pos = NULL;
+  } else {
+    COMMCHECKGOTO(commCalloc(&comm->ringPos, (size_t)n * COMM_MAX_CHANNELS, sizeof(uint16_t)), res, exit);
+    for (int r = 0; r < n; r++)
+      memcpy(comm->ringPos + (size_t)r * COMM_MAX_CHANNELS, msgs[r].pos, sizeof(msgs[r].pos));
   }
-  comm->ringPos = pos;
-  pos = NULL;
 exit:
   free(firstOfNode);
   free(order);
-  free(pos);
+  free(msgs);
+  free(nodeStart);
+  free(seen);
   return res;
 }
 

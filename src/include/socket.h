@@ -21,6 +21,9 @@ typedef union {
 /* Choose the interface for bootstrap and socket traffic: COMM_SOCKET_IFNAME (prefix list, "^" excludes,
  * "=" exact, as NCCL_SOCKET_IFNAME) or the first non-loopback interface that is up, else loopback. */
 commResult_t commSocketFindInterface(char ifName[COMM_IFNAME_MAX], commSockAddr* addr);
+/* Every interface that choice would consider equally good (same filter, same address class: all IPv4
+ * ones when there is one), up to max, the one commSocketFindInterface picks first. */
+commResult_t commSocketFindInterfaces(char names[][COMM_IFNAME_MAX], commSockAddr* addrs, int max, int* count);
 /* "host:port", "[v6]:port" or "v4addr:port"; host names resolve. */
 commResult_t commSocketParseAddr(const char* hostport, commSockAddr* out);
 const char* commSocketAddrStr(const commSockAddr* addr, char* buf, size_t n);
