@@ -208,9 +208,9 @@ const char* commNetName(const struct commComm* comm) {
 /* The network device this rank uses on a channel: the plugin device named like the topology's NIC for the
  * rank on that channel (commTopoRankNic: nearest its device, ranks of one device spread over equal NICs,
  * a rank alone turning through them by channel); a NIC the plugin does not offer (COMM_SOCKET_IFNAME
- * narrowed the list, or the topology came from a file) falls back to device (local rank + channel) mod the
- * device count. The receiving side's device is the one that counts: its address is what the sender
- * connects to. */
+ * narrowed the list, or the topology came from a file) falls back to device 0, the interface bootstrap
+ * reached every rank through. The receiving side's device is the one that counts: its address is what
+ * the sender connects to. */
 static int netDevice(struct commComm* comm, int channel) {
   struct commNetState* st = comm->net;
   if (st->nDevs <= 1) return 0;
@@ -222,7 +222,7 @@ static int netDevice(struct commComm* comm, int channel) {
     for (int d = 0; d < st->nDevs; d++)
       if (strcmp(st->devName[d], nd->name) == 0 || strcmp(st->devName[d], nd->u.nic.netdev) == 0) return d;
   }
-  return (comm->localRank + channel) % st->nDevs;
+  return 0;
 }
 
 typedef struct {

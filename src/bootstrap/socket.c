@@ -133,6 +133,11 @@ static void copyAddr(const struct ifaddrs* ifa, commSockAddr* addr) {
   else memcpy(&addr->sin6, ifa->ifa_addr, sizeof(addr->sin6));
 }
 
+/* Without COMM_SOCKET_IFNAME, local bridges for containers and VMs are never candidates: they are up with
+ * an address even when nothing is attached, and the same address on every host (as NCCL's default
+ * "^docker,lo"). */
+static int localBridge(const char* name) { return strncmp(name, "docker", 6) == 0 || strncmp(name, "virbr", 5) == 0; }
+
 commResult_t commSocketFindInterfaces(char names[][COMM_IFNAME_MAX], commSockAddr* addrs, int max, int* count) {
   *count = 0;
   char spec[SOCKET_IFNAME_LIST_MAX];
@@ -157,6 +162,7 @@ commResult_t commSocketFindInterfaces(char names[][COMM_IFNAME_MAX], commSockAdd
     if (fam != AF_INET && fam != AF_INET6) continue;
     if (!(ifa->ifa_flags & IFF_UP)) continue;
     if (userFilter && !filterMatches(&filter, ifa->ifa_name)) continue;
+    if (!userFilter && localBridge(ifa->ifa_name)) continue;
     int c = addrClass(ifa);
     /* Without a user choice, loopback is only the last resort and only as "lo" itself. */
     if (!userFilter && c >= 3 && strcmp(ifa->ifa_name, "lo") != 0) continue;
@@ -168,6 +174,7 @@ commResult_t commSocketFindInterfaces(char names[][COMM_IFNAME_MAX], commSockAdd
     if (fam != AF_INET && fam != AF_INET6) continue;
     if (!(ifa->ifa_flags & IFF_UP)) continue;
     if (userFilter && !filterMatches(&filter, ifa->ifa_name)) continue;
+    if (!userFilter && localBridge(ifa->ifa_name)) continue;
     if (addrClass(ifa) != bestClass) continue;
     if (!userFilter && bestClass >= 3 && strcmp(ifa->ifa_name, "lo") != 0) continue;
     int dup = 0;

@@ -175,6 +175,8 @@ static void fillPeerInfo(struct commComm* comm, commPeerInfo* info) {
   info->rank = comm->rank;
   info->pid = (int)getpid();
   info->cudaDev = comm->cudaDev;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  info->nCores = cores > 0 && cores < INT32_MAX ? (int)cores : 1;
   info->hostHash = commHostHash();
   info->busId = -1;
   /* The interface the socket transport would use (same choice as bootstrap: COMM_SOCKET_IFNAME): ranks of
@@ -266,7 +268,8 @@ static commResult_t setupTopology(struct commComm* comm) {
     int dev = h >= 0 ? commTopoFind(t, h, p->topoDevType, p->topoDevIndex) : -1;
     if (h >= 0 && dev < 0) {
       dev = commTopoFind(t, h, COMM_TOPO_CPU, 0);
-      WARN("topology: rank %d's device (%s %d) is not in topology host %d (%s); placing it at CPU0", r,
+      if (v == comm->node)
+        WARN("topology: rank %d's device (%s %d) is not in topology host %d (%s); placing it at CPU0", r,
            commTopoNodeTypeName(p->topoDevType), p->topoDevIndex, h, t->hosts[h].name);
     }
     ranks[r] = (commTopoRank){h, dev, v};
@@ -361,8 +364,7 @@ static commResult_t setupChannels(struct commComm* comm) {
   /* A second channel lets network connections run in parallel when helper threads move their data (8+
    * cores); below that the calling thread moves everything and channels only add connections to poll
    * (2 cores, socket allreduce 16-64 MiB: 1.2-1.5 GB/s with 1 channel, 1.1-1.3 with 2; docs/PERF.md). */
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  int64_t defChannels = ((comm->nNodes > 1 || comm->shmDisable) && ncpu >= 8) ? 2 : 1;
+  int64_t defChannels = ((comm->nNodes > 1 || comm->shmDisable) && comm->minCores >= 8) ? 2 : 1;
   comm->nChannels = (int)commParamInt("COMM_NCHANNELS", defChannels, 1, COMM_MAX_CHANNELS);
   for (int c = 0; c < comm->nChannels; c++) {
     COMMCHECK(commChannelEnsure(comm, c));
@@ -391,18 +393,25 @@ commResult_t commChannelEnsure(struct commComm* comm, int c) {
   COMMCHECK(commCalloc(&ch->send, (size_t)comm->nRanks, sizeof(commConn*)));
   /* Ring order: ranks grouped by node in order of each node's first rank (so that one hop per node
    * crosses the network); within a node the topology's order for this channel (src/topo/order.c: fastest
-   * paths, entering at the rank nearest the channel's NIC), or rank order without one. */
-  int pos = 0;
-  for (int node = 0; node < comm->nNodes; node++) {
-    int m = 0;
-    for (int q = 0; q < comm->nRanks; q++) {
-      if (comm->rankNode[q] != node) continue;
-      if (comm->ringPos) ch->ringRanks[pos + comm->ringPos[(size_t)q * COMM_MAX_CHANNELS + c]] = q;
-      else ch->ringRanks[pos + m] = q;
-      m++;
-    }
-    pos += m;
+   * paths, entering at the rank nearest the channel's NIC), or without one rank order turned to start at
+   * the (c mod m)-th rank, so channels still enter each node (and CollTree leaders sit) at different
+   * ranks. */
+  int* start = NULL;
+  int* seen = NULL;
+  commResult_t res = commSuccess;
+  COMMCHECKGOTO(commCalloc(&start, (size_t)comm->nNodes + 1, sizeof(int)), res, exit);
+  COMMCHECKGOTO(commCalloc(&seen, (size_t)comm->nNodes, sizeof(int)), res, exit);
+  for (int q = 0; q < comm->nRanks; q++) start[comm->rankNode[q] + 1]++;
+  for (int v = 0; v < comm->nNodes; v++) start[v + 1] += start[v];
+  for (int q = 0; q < comm->nRanks; q++) {
+    int v = comm->rankNode[q], m = start[v + 1] - start[v], local = seen[v]++;
+    int p = comm->ringPos ? comm->ringPos[(size_t)q * COMM_MAX_CHANNELS + c] : (local - c % m + m) % m;
+    ch->ringRanks[start[v] + p] = q;
   }
+exit:
+  free(start);
+  free(seen);
+  if (res != commSuccess) return res;
   for (int i = 0; i < comm->nRanks; i++) {
     if (ch->ringRanks[i] == comm->rank) {
       ch->ringNext = ch->ringRanks[(i + 1) % comm->nRanks];
@@ -430,10 +439,23 @@ static commResult_t initBody(struct commComm* comm, const commUniqueId* id) {
   COMMCHECK(bootstrapInit(id, comm->rank, comm->nRanks, &opts, &comm->bootstrap));
   COMMCHECK(commCalloc(&comm->peers, (size_t)comm->nRanks, sizeof(commPeerInfo)));
   int64_t topoStart = commTimeNs();
-  COMMCHECK(commTopoGet(&comm->topo));
+  /* A rank that cannot load its topology (a bad COMM_TOPO_FILE) still joins the exchange, so that every
+   * rank fails now rather than waiting for it until the timeout. */
+  commResult_t topoRes = commTopoGet(&comm->topo);
   int64_t topoLoaded = commTimeNs();
   fillPeerInfo(comm, &comm->peers[comm->rank]);
+  comm->peers[comm->rank].topoError = topoRes;
   COMMCHECK(bootstrapAllGather(comm->bootstrap, comm->peers, sizeof(commPeerInfo)));
+  if (topoRes != commSuccess) return topoRes;
+  for (int r = 0; r < comm->nRanks; r++) {
+    if (comm->peers[r].topoError == commSuccess) continue;
+    WARN("rank %d could not load its topology (error %d, see its log): init fails on every rank", r,
+         comm->peers[r].topoError);
+    return commRemoteError;
+  }
+  comm->minCores = INT32_MAX;
+  for (int r = 0; r < comm->nRanks; r++)
+    if (comm->peers[r].nCores < comm->minCores) comm->minCores = comm->peers[r].nCores;
   COMMCHECK(computeNodes(comm));
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   comm->oversubscribed = cores > 0 && comm->localRanks > cores;
@@ -441,7 +463,7 @@ static commResult_t initBody(struct commComm* comm, const commUniqueId* id) {
   if (comm->rank == 0) commTopoLogMachine();
   int64_t placeStart = commTimeNs();
   COMMCHECK(setupTopology(comm));
-  COMMCHECK(dumpTopology(comm));
+  if (dumpTopology(comm) != commSuccess) WARN("COMM_TOPO_DUMP_FILE not written (see above); init goes on");
   INFO(COMM_TOPO | COMM_INIT, "topology: %s in %.2f ms, placement and ring order in %.2f ms (with one exchange)",
        commParamStr("COMM_TOPO_FILE", NULL) ? "loaded" : "discovered", (topoLoaded - topoStart) / 1e6,
        (commTimeNs() - placeStart) / 1e6);

@@ -24,7 +24,8 @@ typedef struct {
   int cudaDev;      /* -1: host-only rank */
   int topoDevType;  /* the rank's device in its topology host: a commTopoNodeType (GPU, or CPU for host */
   int topoDevIndex; /* ranks) and its index among the host's nodes of that type; -1 when unknown */
-  int pad;
+  int topoError;    /* commResult_t of loading the topology (COMM_TOPO_FILE) on that rank */
+  int nCores;       /* online CPUs of its host */
   uint64_t hostHash;  /* ranks with the same hostHash form a node */
   uint64_t netIfHash; /* the network interface this rank uses (name and address); 0 if none */
   int64_t busId;      /* PCI bus id of the GPU, -1 if none */
@@ -57,6 +58,8 @@ struct commComm {
   int cudaDev;
   int localRank, localRanks; /* among ranks of the same host */
   int oversubscribed;        /* more ranks on this host than cores: waits yield at once */
+  int minCores;              /* fewest online CPUs of any rank's host: defaults that shape schedules (channel
+                              * count, the tuner's cores per node) must be the same on every rank */
   int node, nNodes;
   int* rankNode;       /* [nRanks]: node index of each rank, nodes numbered in order of their first rank */
   char name[64];

@@ -81,6 +81,7 @@ typedef enum { COMM_NIC_ETH = 0, COMM_NIC_IB = 1, COMM_NIC_ROCE = 2 } commTopoNi
 #define COMM_TOPO_NAME_MAX 64
 #define COMM_TOPO_BUSID_MAX 16  /* "0000:17:00.0" */
 #define COMM_TOPO_CPUSET_MAX 256 /* cpu list "0-55,112-167" */
+#define COMM_TOPO_MAX_NVLINKS 4096 /* per pair of ends, summed over declarations */
 
 typedef struct {
   int type;   /* commTopoNodeType */

@@ -369,7 +369,15 @@ static void cpuFromHwloc(discState* st, hwloc_obj_t obj, commTopoNode* nd) {
   } else if (hwloc_get_nbobjs_by_type(hw, HWLOC_OBJ_NUMANODE) == 1) {
     nd->u.cpu.numa = (int)hwloc_get_obj_by_type(hw, HWLOC_OBJ_NUMANODE, 0)->os_index;
   }
-  hwloc_bitmap_list_snprintf(nd->u.cpu.cpus, sizeof(nd->u.cpu.cpus), obj->cpuset);
+  int need = hwloc_bitmap_list_snprintf(nd->u.cpu.cpus, sizeof(nd->u.cpu.cpus), obj->cpuset);
+  if (need >= (int)sizeof(nd->u.cpu.cpus)) {
+    /* Interleaved numbering makes long lists: keep the complete entries only (thread binding then uses a
+     * subset of the NUMA node's cores, never another node's). */
+    char* cut = strrchr(nd->u.cpu.cpus, ',');
+    if (cut) *cut = '\0';
+    WARN("topology: the cpu list of NUMA node %d needs %d characters; kept the first %zu (\"%.32s...\")",
+         nd->u.cpu.numa, need, strlen(nd->u.cpu.cpus), nd->u.cpu.cpus);
+  }
   int cores = hwloc_get_nbobjs_inside_cpuset_by_type(hw, obj->cpuset, HWLOC_OBJ_CORE);
   if (cores <= 0) cores = hwloc_bitmap_weight(obj->cpuset);
   nd->u.cpu.nCores = cores > 0 ? cores : 1;

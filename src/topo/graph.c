@@ -1,5 +1,6 @@
 /* The topology graph: builder, links, best paths and queries (see src/include/topo.h). */
 #include <ctype.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <strings.h>
 #include <stdlib.h>
@@ -252,6 +253,12 @@ static commResult_t makeLinks(commTopo* topo) {
     for (; j < topo->nNvreq && nvreqCompare(r, &topo->nvreq[j]) == 0; j++) {
       count += topo->nvreq[j].count;
       bw += topo->nvreq[j].bw;
+      if (count > COMM_TOPO_MAX_NVLINKS || bw > 1e6) {
+        char lab[96];
+        WARN("topology: more than %d NVLinks or 1e6 GB/s between %s and node %d", COMM_TOPO_MAX_NVLINKS,
+             commTopoNodeLabel(topo, r->gpu, lab, sizeof(lab)), r->peer);
+        return commInvalidArgument;
+      }
     }
     COMMCHECK(addLink(topo, r->gpu, r->peer, COMM_LINK_NVL, count, bw, LAT_NVL));
     i = j;
@@ -533,7 +540,7 @@ int commTopoNicsByDistance(const commTopo* topo, int from, int* nics, int max) {
  * a COMM_TOPO_FILE path); an entry stays cached when its last communicator goes away. */
 #define TOPO_CACHE_ENTRIES 4
 static struct {
-  char key[1024]; /* "" for discovery, else the file path */
+  char key[1024]; /* "(discovered...)" for discovery, else the file path */
   commTopo* topo;
   int refs;
 } topoCache[TOPO_CACHE_ENTRIES];
@@ -542,7 +549,11 @@ static pthread_mutex_t topoCacheLock = PTHREAD_MUTEX_INITIALIZER;
 commResult_t commTopoGet(commTopo** out) {
   *out = NULL;
   const char* file = commParamStr("COMM_TOPO_FILE", NULL);
-  const char* key = file ? file : "";
+  /* Discovery matches GPUs to CUDA devices only once the process has loaded the CUDA driver: a topology
+   * discovered before that is not reused after. */
+  void* cuda = file ? NULL : dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (cuda) dlclose(cuda); /* drops the reference RTLD_NOLOAD took */
+  const char* key = file ? file : cuda ? "(discovered, CUDA loaded)" : "(discovered)";
   commResult_t res = commSuccess;
   pthread_mutex_lock(&topoCacheLock);
   int slot = -1, spare = -1;

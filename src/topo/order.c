@@ -14,7 +14,7 @@
 #define MAX_NODE_NICS 64
 /* DFS budget of the intra-node ring search (node expansions per start device); the first leaves found
  * follow the best edges greedily, so a cut search is still a good ring. */
-#define ORDER_SEARCH_BUDGET 200000
+#define ORDER_SEARCH_BUDGET 20000
 
 /* ---- NIC choice ---- */
 

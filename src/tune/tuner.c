@@ -205,8 +205,7 @@ commResult_t commTunerInit(struct commComm* comm) {
   commTuneModelInit(&t->model, comm->nRanks, comm->nNodes, maxLocal, comm->shmDisable ? COMM_LINK_NET : COMM_LINK_SHM,
                     COMM_LINK_NET, (size_t)(comm->nSlots / 2) * comm->slotBytes, comm->nChannels);
   t->model.nicsPerNode = commTuneNicsPerNode(comm);
-  long cores = sysconf(_SC_NPROCESSORS_ONLN); /* this host's; the others are taken to be alike */
-  t->model.coresPerNode = cores > 0 ? (int)cores : 0;
+  t->model.coresPerNode = comm->minCores; /* the smallest host's: every rank must price alike */
   INFO(COMM_TUNE | COMM_INIT,
        "TUNER : %d ranks, %d nodes, at most %d per node, %d NIC(s) and %d cores per node; links intra=%s inter=net",
        comm->nRanks, comm->nNodes, maxLocal, t->model.nicsPerNode, t->model.coresPerNode,
