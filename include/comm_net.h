@@ -15,8 +15,11 @@
 extern "C" {
 #endif
 
-#define COMM_NET_PLUGIN_VERSION 1
-#define COMM_NET_PLUGIN_SYMBOL "commNetPlugin_v1"
+/* Version 2 adds connectPaired. libcomm loads a plugin exporting commNetPlugin_v2, else commNetPlugin_v1
+ * (a version-1 table: connect is used for every connection). */
+#define COMM_NET_PLUGIN_VERSION 2
+#define COMM_NET_PLUGIN_SYMBOL "commNetPlugin_v2"
+#define COMM_NET_PLUGIN_SYMBOL_V1 "commNetPlugin_v1"
 #define COMM_NET_HANDLE_MAXSIZE 128
 #define COMM_NET_MAX_REQUESTS 32
 
@@ -70,7 +73,37 @@ typedef struct {
   commResult_t (*closeListen)(void* listenComm);
 } commNet_v1_t;
 
-typedef commNet_v1_t commNet_t;
+typedef struct {
+  const char* name;
+  int version; /* COMM_NET_PLUGIN_VERSION */
+  commResult_t (*init)(commNetLogger_t logger);
+  commResult_t (*devices)(int* ndev);
+  commResult_t (*getProperties)(int dev, commNetProperties_t* props);
+  commResult_t (*listen)(int dev, void* handle, void** listenComm);
+  commResult_t (*connect)(int dev, void* handle, void** sendComm);
+  commResult_t (*accept)(void* listenComm, void** recvComm);
+  commResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
+  commResult_t (*deregMr)(void* comm, void* mhandle);
+  commResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request);
+  commResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                        void** request);
+  commResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
+  commResult_t (*test)(void* request, int* done, size_t* sizes);
+  commResult_t (*closeSend)(void* sendComm);
+  commResult_t (*closeRecv)(void* recvComm);
+  commResult_t (*closeListen)(void* listenComm);
+  /* Optional (NULL: connect is used). Connect to a peer's handle, as connect() does, for a send connection
+   * that has a partner: pairListen is this process's own listenComm (from listen(), not yet accepted) for
+   * the receive connection from the same peer on the same channel, and the peer makes the mirror call
+   * (its send connection to pairListen's handle, paired with the listener `handle` came from) in the same
+   * round. A plugin may then carry both directions on shared resources (the socket plugin sends both on
+   * one TCP control connection, so acknowledgements ride on the data going the other way); the accept()
+   * of pairListen returns a receive connection that uses them. It must not wait for the peer's half: a
+   * peer may make its mirror call only after its other connections. */
+  commResult_t (*connectPaired)(int dev, void* handle, void* pairListen, void** sendComm);
+} commNet_v2_t;
+
+typedef commNet_v2_t commNet_t;
 
 #ifdef __cplusplus
 }

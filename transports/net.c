@@ -60,6 +60,7 @@ static struct {
   char name[256];
   void* handle;
   const commNet_t* net;
+  commNet_t fromV1; /* a version-1 plugin's table, widened (connectPaired NULL) */
   int refs;
 } netPlugin;
 static int netSocketInitDone;
@@ -79,8 +80,8 @@ static void netLogger(commNetLogLevel_t level, const char* file, int line, const
 
 static int netUsable(const commNet_t* net, const char* what) {
   int ndev = 0;
-  if (net->version != COMM_NET_PLUGIN_VERSION) {
-    WARN("NET : plugin %s has version %d, expected %d", what, net->version, COMM_NET_PLUGIN_VERSION);
+  if (net->version != COMM_NET_PLUGIN_VERSION && net->version != 1) {
+    WARN("NET : plugin %s has version %d, expected 1 or %d", what, net->version, COMM_NET_PLUGIN_VERSION);
     return 0;
   }
   if (net->init(netLogger) != commSuccess) {
@@ -116,8 +117,25 @@ static const commNet_t* netLoadLibrary(const char* name) {
     return NULL;
   }
   const commNet_t* net = (const commNet_t*)dlsym(handle, COMM_NET_PLUGIN_SYMBOL);
+  if (net && net->version != COMM_NET_PLUGIN_VERSION) {
+    WARN("NET : %s exports %s with version %d", name, COMM_NET_PLUGIN_SYMBOL, net->version);
+    dlclose(handle);
+    return NULL;
+  }
+  const commNet_v1_t* v1 = net ? NULL : (const commNet_v1_t*)dlsym(handle, COMM_NET_PLUGIN_SYMBOL_V1);
+  if (v1) {
+    if (v1->version != 1) {
+      WARN("NET : %s exports %s with version %d", name, COMM_NET_PLUGIN_SYMBOL_V1, v1->version);
+      dlclose(handle);
+      return NULL;
+    }
+    /* The version-2 table begins with the version-1 fields, in the same order. */
+    memset(&netPlugin.fromV1, 0, sizeof(netPlugin.fromV1));
+    memcpy(&netPlugin.fromV1, v1, sizeof(*v1));
+    net = &netPlugin.fromV1;
+  }
   if (!net) {
-    WARN("NET : %s does not export %s", name, COMM_NET_PLUGIN_SYMBOL);
+    WARN("NET : %s exports neither %s nor %s", name, COMM_NET_PLUGIN_SYMBOL, COMM_NET_PLUGIN_SYMBOL_V1);
     dlclose(handle);
     return NULL;
   }
@@ -362,8 +380,29 @@ static commResult_t netWait(struct commComm* comm, commConn* conn, const char* w
   }
 }
 
-static commResult_t netConnectFn(void* net, void* handle, void** out) {
-  return ((const commNet_t*)net)->connect(0, handle, out);
+/* What a connect call needs: the plugin, the device, the peer's handle, and the partner listener (the
+ * receive connection from the same peer on the same channel, made in the same round) or NULL. */
+typedef struct {
+  const commNet_t* net;
+  int dev;
+  void* pairListen;
+} netConnectArgs;
+
+static commResult_t netConnectFn(void* args, void* handle, void** out) {
+  const netConnectArgs* a = (const netConnectArgs*)args;
+  if (a->pairListen && a->net->connectPaired) return a->net->connectPaired(a->dev, handle, a->pairListen, out);
+  return a->net->connect(a->dev, handle, out);
+}
+
+/* The partner of send connection `conn`: the network receive connection from the same peer on the same
+ * channel, still waiting for its accept (so both were made in this round, and the peer pairs the mirror
+ * connections too). */
+static void* netPairListen(struct commComm* comm, const commConn* conn) {
+  if (!comm->net->net->connectPaired || commParamInt("COMM_SOCKET_PAIR", 1, 0, 1) == 0) return NULL;
+  commConn* r = comm->channels[conn->channel].recv ? comm->channels[conn->channel].recv[conn->peer] : NULL;
+  if (r == NULL || r->transport != conn->transport || r->priv == NULL) return NULL;
+  netPriv* rp = (netPriv*)r->priv;
+  return rp->listenComm != NULL && rp->recvComm == NULL ? rp->listenComm : NULL;
 }
 
 static commResult_t netAcceptFn(void* net, void* listenComm, void** out) {
@@ -387,7 +426,8 @@ static commResult_t netSendConnect(struct commComm* comm, commConn* conn, const 
   netPriv* p = (netPriv*)conn->priv;
   char handle[COMM_NET_HANDLE_MAXSIZE];
   memcpy(handle, info, sizeof(handle));
-  COMMCHECK(netWait(comm, conn, "connect", netConnectFn, (void*)p->net, handle, &p->sendComm));
+  netConnectArgs args = {p->net, p->dev, netPairListen(comm, conn)};
+  COMMCHECK(netWait(comm, conn, "connect", netConnectFn, &args, handle, &p->sendComm));
   commResult_t res = p->net->regMr(p->sendComm, conn->slots, (size_t)conn->nSlots * conn->slotBytes,
                                    COMM_PTR_HOST, &p->mhandle);
   if (res != commSuccess) return netSetupFail(conn, "regMr", res);

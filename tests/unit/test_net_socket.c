@@ -157,6 +157,58 @@ static void testSizesOutstanding(void** state) {
   assert_int_equal(net->closeRecv(r), commSuccess);
 }
 
+/* Two "ranks" A and B, each with a send connection to the other and a receive connection from it, made as
+ * a paired round: listen on both sides, then connectPaired from both (either order), then accept. */
+static void makePaired(int bFirst, void** sA, void** rA, void** sB, void** rB) {
+  char hA[COMM_NET_HANDLE_MAXSIZE], hB[COMM_NET_HANDLE_MAXSIZE];
+  void *lA = NULL, *lB = NULL;
+  assert_int_equal(net->listen(0, hA, &lA), commSuccess);
+  assert_int_equal(net->listen(0, hB, &lB), commSuccess);
+  *sA = *rA = *sB = *rB = NULL;
+  if (bFirst) assert_int_equal(net->connectPaired(0, hA, lB, sB), commSuccess);
+  assert_int_equal(net->connectPaired(0, hB, lA, sA), commSuccess);
+  if (!bFirst) assert_int_equal(net->connectPaired(0, hA, lB, sB), commSuccess);
+  assert_non_null(*sA); /* never waits for the peer's half */
+  assert_non_null(*sB);
+  int64_t deadline = commTimeNs() + (int64_t)DEADLINE_MS * 1000000;
+  while (!*rA || !*rB) {
+    if (!*rA) assert_int_equal(net->accept(lA, rA), commSuccess);
+    if (!*rB) assert_int_equal(net->accept(lB, rB), commSuccess);
+    assert_true(commTimeNs() < deadline);
+  }
+  assert_int_equal(net->closeListen(lA), commSuccess);
+  assert_int_equal(net->closeListen(lB), commSuccess);
+}
+
+/* Paired connections carry both directions (headers and small payloads on the shared socket, bigger
+ * inline payloads on the private ones, large ones on data sockets), in both role orders, and close in any
+ * order: the surviving direction keeps working until its own close. */
+static void testPaired(void** state) {
+  (void)state;
+  static const size_t sizes[] = {0, 8, 8192, 8193, 65536, (1 << 20) + 3};
+  const int n = (int)(sizeof(sizes) / sizeof(sizes[0]));
+  for (int inl = 0; inl < 2; inl++) {
+    setenv("COMM_SOCKET_INLINE", inl ? "1G" : "64K", 1);
+    for (int bFirst = 0; bFirst < 2; bFirst++) {
+      void *sA, *rA, *sB, *rB;
+      makePaired(bFirst, &sA, &rA, &sB, &rB);
+      transfer(sA, rB, sizes, n, 700);
+      transfer(sB, rA, sizes, n, 800);
+      for (int i = 0; i < n; i++) {
+        transfer(sA, rB, &sizes[i], 1, 900 + (uint64_t)i);
+        transfer(sB, rA, &sizes[n - 1 - i], 1, 950 + (uint64_t)i);
+      }
+      /* A stops sending: B's receive side sees it end, B -> A still works. */
+      assert_int_equal(net->closeSend(sA), commSuccess);
+      transfer(sB, rA, sizes, n, 990);
+      assert_int_equal(net->closeRecv(rB), commSuccess);
+      assert_int_equal(net->closeSend(sB), commSuccess);
+      assert_int_equal(net->closeRecv(rA), commSuccess);
+    }
+  }
+  setenv("COMM_SOCKET_INLINE", "64K", 1);
+}
+
 /* The sender decides what goes inline: peers with different COMM_SOCKET_INLINE still agree. */
 static void testInlineMismatch(void** state) {
   (void)state;
@@ -466,7 +518,7 @@ int main(void) {
       cmocka_unit_test(testTooLarge),         cmocka_unit_test(testPeerCloseRecvSide),
       cmocka_unit_test(testPeerCloseSendSide), cmocka_unit_test(testCloseWithPending),
       cmocka_unit_test(testShmFifo),          cmocka_unit_test(testShmLocalAndDeadPeer),
-      cmocka_unit_test(testNetFifo),
+      cmocka_unit_test(testNetFifo),          cmocka_unit_test(testPaired),
   };
   return cmocka_run_group_tests(tests, setupPlugin, NULL);
 }
