@@ -19,7 +19,7 @@ MODE=${1:-run}
 BUILD=${2:-build-gpu}
 # The GPU tests and benchmarks, as paths inside BUILD.
 TESTS=(tests/test_gpu_reduce)
-BENCHES=("bench/gpu_reduce_bench -s 268435456 -r 9 -i 20")
+BENCHES=("bench/gpu_launch_bench -n 10000 -r 9" "bench/gpu_reduce_bench -s 268435456 -r 9 -i 20")
 
 case $MODE in
   build)
