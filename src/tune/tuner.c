@@ -174,22 +174,37 @@ static void loadPlugin(commTuner* t, int nRanks, int nNodes) {
 
 /* ---------------------------------------------------------------- per communicator */
 
-/* NICs per node, until the topology knows: the fewest distinct network interfaces the ranks of any node
- * use (each rank reports the interface the socket transport would take). Same on every rank. */
+/* NICs per node: the fewest distinct NICs the ranks of any node report (src/core/comm.c fills netIfHash
+ * from the topology's NIC of each rank, or from the interface COMM_SOCKET_IFNAME pins). Same on every
+ * rank. Ranks are grouped by node first, so this is linear in ranks times ranks per node. */
 int commTuneNicsPerNode(const struct commComm* comm) {
-  int fewest = 0;
-  for (int node = 0; node < comm->nNodes; node++) {
+  if (comm->peers == NULL || comm->nNodes < 1) return 1;
+  int n = comm->nRanks, fewest = 0;
+  int* start = calloc((size_t)comm->nNodes + 1, sizeof(int));
+  int* byNode = calloc((size_t)n + 1, sizeof(int));
+  if (start == NULL || byNode == NULL) {
+    free(start);
+    free(byNode);
+    return 1;
+  }
+  for (int r = 0; r < n; r++) start[comm->rankNode[r] + 1]++;
+  for (int v = 0; v < comm->nNodes; v++) start[v + 1] += start[v];
+  for (int r = 0; r < n; r++) byNode[start[comm->rankNode[r]]++] = r;
+  for (int v = comm->nNodes; v > 0; v--) start[v] = start[v - 1];
+  start[0] = 0;
+  for (int v = 0; v < comm->nNodes; v++) {
     int distinct = 0;
-    for (int r = 0; r < comm->nRanks; r++) {
-      if (comm->rankNode[r] != node || comm->peers == NULL || comm->peers[r].netIfHash == 0) continue;
-      int seen = 0;
-      for (int q = 0; q < r && !seen; q++)
-        seen = comm->rankNode[q] == node && comm->peers[q].netIfHash == comm->peers[r].netIfHash;
+    for (int i = start[v]; i < start[v + 1]; i++) {
+      uint64_t h = comm->peers[byNode[i]].netIfHash;
+      int seen = h == 0;
+      for (int j = start[v]; j < i && !seen; j++) seen = comm->peers[byNode[j]].netIfHash == h;
       distinct += !seen;
     }
     if (distinct < 1) distinct = 1;
     if (fewest == 0 || distinct < fewest) fewest = distinct;
   }
+  free(start);
+  free(byNode);
   return fewest < 1 ? 1 : fewest;
 }
 
