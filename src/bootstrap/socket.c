@@ -138,6 +138,21 @@ static void copyAddr(const struct ifaddrs* ifa, commSockAddr* addr) {
  * "^docker,lo"). */
 static int localBridge(const char* name) { return strncmp(name, "docker", 6) == 0 || strncmp(name, "virbr", 5) == 0; }
 
+/* The address class of an interface address that may be used (see addrClass), -1 if it may not: not an
+ * IP address, interface down, filtered out, or (without a user filter) a local bridge, or loopback other
+ * than "lo" itself (without a user choice loopback is only the last resort). */
+static int candidateClass(const struct ifaddrs* ifa, const ifFilter* filter, int userFilter) {
+  if (ifa->ifa_addr == NULL) return -1;
+  int fam = ifa->ifa_addr->sa_family;
+  if (fam != AF_INET && fam != AF_INET6) return -1;
+  if (!(ifa->ifa_flags & IFF_UP)) return -1;
+  if (userFilter && !filterMatches(filter, ifa->ifa_name)) return -1;
+  if (!userFilter && localBridge(ifa->ifa_name)) return -1;
+  int c = addrClass(ifa);
+  if (!userFilter && c >= 3 && strcmp(ifa->ifa_name, "lo") != 0) return -1;
+  return c;
+}
+
 commResult_t commSocketFindInterfaces(char names[][COMM_IFNAME_MAX], commSockAddr* addrs, int max, int* count) {
   *count = 0;
   char spec[SOCKET_IFNAME_LIST_MAX];
@@ -157,26 +172,11 @@ commResult_t commSocketFindInterfaces(char names[][COMM_IFNAME_MAX], commSockAdd
    * (its first such address), in the order getifaddrs lists them. */
   int bestClass = 5;
   for (const struct ifaddrs* ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
-    if (ifa->ifa_addr == NULL) continue;
-    int fam = ifa->ifa_addr->sa_family;
-    if (fam != AF_INET && fam != AF_INET6) continue;
-    if (!(ifa->ifa_flags & IFF_UP)) continue;
-    if (userFilter && !filterMatches(&filter, ifa->ifa_name)) continue;
-    if (!userFilter && localBridge(ifa->ifa_name)) continue;
-    int c = addrClass(ifa);
-    /* Without a user choice, loopback is only the last resort and only as "lo" itself. */
-    if (!userFilter && c >= 3 && strcmp(ifa->ifa_name, "lo") != 0) continue;
-    if (c < bestClass) bestClass = c;
+    int c = candidateClass(ifa, &filter, userFilter);
+    if (c >= 0 && c < bestClass) bestClass = c;
   }
   for (const struct ifaddrs* ifa = list; ifa != NULL && *count < max; ifa = ifa->ifa_next) {
-    if (ifa->ifa_addr == NULL) continue;
-    int fam = ifa->ifa_addr->sa_family;
-    if (fam != AF_INET && fam != AF_INET6) continue;
-    if (!(ifa->ifa_flags & IFF_UP)) continue;
-    if (userFilter && !filterMatches(&filter, ifa->ifa_name)) continue;
-    if (!userFilter && localBridge(ifa->ifa_name)) continue;
-    if (addrClass(ifa) != bestClass) continue;
-    if (!userFilter && bestClass >= 3 && strcmp(ifa->ifa_name, "lo") != 0) continue;
+    if (candidateClass(ifa, &filter, userFilter) != bestClass) continue;
     int dup = 0;
     for (int i = 0; i < *count && !dup; i++) dup = strcmp(names[i], ifa->ifa_name) == 0;
     if (dup) continue;
