@@ -46,7 +46,8 @@ typedef struct {
  * output (comm or request) set to NULL, and the caller calls it again later. */
 typedef struct {
   const char* name;
-  int version; /* COMM_NET_PLUGIN_VERSION */
+  int version; /* 1 (a table exported as COMM_NET_PLUGIN_SYMBOL_V1 with this header's version is read as
+                * the current layout) */
   commResult_t (*init)(commNetLogger_t logger);
   commResult_t (*devices)(int* ndev);
   commResult_t (*getProperties)(int dev, commNetProperties_t* props);
@@ -98,8 +99,10 @@ typedef struct {
    * (its send connection to pairListen's handle, paired with the listener `handle` came from) in the same
    * round. A plugin may then carry both directions on shared resources (the socket plugin sends both on
    * one TCP control connection, so acknowledgements ride on the data going the other way); the accept()
-   * of pairListen returns a receive connection that uses them. It must not wait for the peer's half: a
-   * peer may make its mirror call only after its other connections. */
+   * of pairListen returns a receive connection that uses them; libcomm calls it only after connectPaired
+   * (listen, then connect/connectPaired, then accept, in every round). It must not wait for the peer's
+   * half: a peer may make its mirror call only after its other connections. Both sides pair only when
+   * each makes both directions in the round (libcomm exchanges that with the handles). */
   commResult_t (*connectPaired)(int dev, void* handle, void* pairListen, void** sendComm);
 } commNet_v2_t;
 

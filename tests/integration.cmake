@@ -4,7 +4,7 @@
 # "threads" on the runs whose ranks are threads of one process (the optional ThreadSanitizer pass).
 set(COMM_IT_DIR ${CMAKE_CURRENT_SOURCE_DIR}/integration)
 
-foreach(prog mp_colls test_args test_faults test_group_init test_sender_leaves)
+foreach(prog mp_colls test_args test_faults test_group_init test_sender_leaves test_p2p_split)
   add_executable(${prog} ${COMM_IT_DIR}/${prog}.c)
   target_include_directories(${prog} PRIVATE ${COMM_IT_DIR})
   target_link_libraries(${prog} PRIVATE comm Threads::Threads m)
@@ -79,6 +79,10 @@ comm_it_test(algo.oneshot.np3 COMMAND ${COMM_ALGO_CHECK} oneshot AllReduce -w 20
 # file fails init with its line.
 comm_it_test(topo_check COMMAND ${COMM_IT_DIR}/topo_check.sh $<TARGET_FILE:mp_colls> ${PROJECT_SOURCE_DIR}/tests/topo
   LABELS "mp;topo" SERIAL)
+
+# Point-to-point over sockets where one rank of a pair makes both directions in one round and the other in
+# two: connections are paired only when both sides do.
+comm_it_test(test_p2p_split COMMAND test_p2p_split LABELS "mp;net")
 
 # Argument validation: errors, WARNs, buffers untouched.
 comm_it_test(test_args COMMAND test_args LABELS "args;threads")

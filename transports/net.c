@@ -123,6 +123,11 @@ static const commNet_t* netLoadLibrary(const char* name) {
     return NULL;
   }
   const commNet_v1_t* v1 = net ? NULL : (const commNet_v1_t*)dlsym(handle, COMM_NET_PLUGIN_SYMBOL_V1);
+  if (v1 && v1->version == COMM_NET_PLUGIN_VERSION) {
+    /* A version-1 plugin rebuilt against this header: its table has this header's layout. */
+    net = (const commNet_t*)v1;
+    v1 = NULL;
+  }
   if (v1) {
     if (v1->version != 1) {
       WARN("NET : %s exports %s with version %d", name, COMM_NET_PLUGIN_SYMBOL_V1, v1->version);
@@ -394,11 +399,30 @@ static commResult_t netConnectFn(void* args, void* handle, void** out) {
   return a->net->connect(a->dev, handle, out);
 }
 
-/* The partner of send connection `conn`: the network receive connection from the same peer on the same
- * channel, still waiting for its accept (so both were made in this round, and the peer pairs the mirror
- * connections too). */
-static void* netPairListen(struct commComm* comm, const commConn* conn) {
-  if (!comm->net->net->connectPaired || commParamInt("COMM_SOCKET_PAIR", 1, 0, 1) == 0) return NULL;
+/* Pairing (connectPaired) needs both ranks to agree, so each says what it can do in the receive info it
+ * sends: byte PAIR_FLAG_AT of the info is 1 when this rank is willing (the plugin has connectPaired,
+ * COMM_SOCKET_PAIR is on) and makes, in this same connect round, its send connection to that peer on that
+ * channel (not yet connected). A sender pairs only when the peer's flag says so and its own receive
+ * connection from the peer on the channel is of this round too (its listener not accepted yet): both
+ * sides then test the same two facts, "each rank makes both directions in this round". Collectives
+ * always do; point-to-point calls that split the directions over separate calls do not pair. */
+#define PAIR_FLAG_AT COMM_NET_HANDLE_MAXSIZE
+_Static_assert(PAIR_FLAG_AT < COMM_CONN_INFO_BYTES - 8, "the pairing flag must fit in the connection info");
+
+static int netPairWilling(const struct commComm* comm) {
+  return comm->net->net->connectPaired != NULL && commParamInt("COMM_SOCKET_PAIR", 1, 0, 1) == 1;
+}
+
+/* The receive connection `conn` is being set up: will this rank pair the mirror direction? */
+static int netPairOffer(struct commComm* comm, const commConn* conn) {
+  if (!netPairWilling(comm)) return 0;
+  commConn* snd = comm->channels[conn->channel].send ? comm->channels[conn->channel].send[conn->peer] : NULL;
+  return snd != NULL && snd->transport == NULL; /* made in this round: connected in its phase 2 */
+}
+
+/* The partner listener of send connection `conn` when both sides pair (see above), else NULL. */
+static void* netPairListen(struct commComm* comm, const commConn* conn, int peerOffers) {
+  if (!peerOffers || !netPairWilling(comm)) return NULL;
   commConn* r = comm->channels[conn->channel].recv ? comm->channels[conn->channel].recv[conn->peer] : NULL;
   if (r == NULL || r->transport != conn->transport || r->priv == NULL) return NULL;
   netPriv* rp = (netPriv*)r->priv;
@@ -414,6 +438,7 @@ static commResult_t netRecvSetup(struct commComm* comm, commConn* conn, void* in
   netPriv* p = (netPriv*)conn->priv;
   commResult_t res = p->net->listen(p->dev, info, &p->listenComm);
   if (res != commSuccess) return netSetupFail(conn, "listen", res);
+  ((char*)info)[PAIR_FLAG_AT] = (char)netPairOffer(comm, conn);
   if (comm->net->nDevs > 1)
     INFO(COMM_NET | COMM_INIT, "NET : channel %02d : rank %d receives from rank %d on device %d (%s)", conn->channel,
          comm->rank, conn->peer, p->dev, comm->net->devName[p->dev]);
@@ -426,7 +451,7 @@ static commResult_t netSendConnect(struct commComm* comm, commConn* conn, const 
   netPriv* p = (netPriv*)conn->priv;
   char handle[COMM_NET_HANDLE_MAXSIZE];
   memcpy(handle, info, sizeof(handle));
-  netConnectArgs args = {p->net, p->dev, netPairListen(comm, conn)};
+  netConnectArgs args = {p->net, p->dev, netPairListen(comm, conn, ((const char*)info)[PAIR_FLAG_AT] == 1)};
   COMMCHECK(netWait(comm, conn, "connect", netConnectFn, &args, handle, &p->sendComm));
   commResult_t res = p->net->regMr(p->sendComm, conn->slots, (size_t)conn->nSlots * conn->slotBytes,
                                    COMM_PTR_HOST, &p->mhandle);

@@ -1,4 +1,4 @@
-/* The built-in "Socket" network plugin (commNet_v1_t over TCP).
+/* The built-in "Socket" network plugin (commNet_v2_t over TCP).
  *
  * Wire protocol of one connection (sender -> receiver):
  *  - a control socket (hello index 0) and nData data sockets (hello index 1..nData); every socket starts
@@ -75,8 +75,9 @@ typedef struct {
 #define SOCK_HELLO_PAIRED 0x8000u
 
 /* A control socket shared by a send and a receive connection (see "Paired connections"). */
+#define SOCK_SHARED_DEAD (-2) /* the acceptor's listener closed before the socket arrived */
 typedef struct {
-  int fd;   /* atomic: -1 until the acceptor's listener received it */
+  int fd;   /* atomic: -1 until the acceptor's listener received it; SOCK_SHARED_DEAD if it never will */
   int refs; /* atomic: connections (or the listener, for the receive one to come) holding it */
 } sockShared;
 
@@ -84,7 +85,14 @@ static void sockSharedRelease(sockShared* sh, int isSend) {
   int fd = __atomic_load_n(&sh->fd, __ATOMIC_ACQUIRE);
   if (isSend && fd >= 0) shutdown(fd, SHUT_WR); /* the peer's receive side sees this direction end */
   if (__atomic_sub_fetch(&sh->refs, 1, __ATOMIC_ACQ_REL) == 0) {
-    if (fd >= 0) close(fd);
+    if (fd >= 0) {
+      /* Unread incoming bytes would make close() reset the connection and drop what this side still
+       * has queued for the peer: read them away first. */
+      char sink[4096];
+      for (int i = 0; i < 256 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++) {
+      }
+      close(fd);
+    }
     free(sh);
   }
 }
@@ -260,9 +268,10 @@ typedef struct {
   commSockAddr fdAddr;        /* the control socket's remote address */
   int count;                  /* data sockets announced (-1: not known yet) */
   int nGot;
-  /* Paired: the control socket of the connection to accept is shared with a send connection. As the
-   * connector's listener, fds[0] is that socket from the start; as the acceptor's, it arrives with the
-   * PAIRED bit and is published through pairShared->fd. The reference passes to the accepted comm. */
+  /* Paired: the connection to accept shares a socket with a send connection (pairShared->fd): the
+   * connector made it; on the acceptor's listener it arrives with the PAIRED bit and is published there.
+   * fds[0] is still the connection's own (private) control socket. The reference passes to the accepted
+   * comm. */
   sockShared* pairShared;
   int pairExpect;             /* acceptor: the control socket must come with the PAIRED bit */
 } sockListen;
@@ -423,6 +432,7 @@ static commResult_t sockProgressCtrl(sockComm* c) {
   if (c->ctrlErr) return commRemoteError;
   if (c->ctrlFd < 0) {
     int fd = c->shared ? __atomic_load_n(&c->shared->fd, __ATOMIC_ACQUIRE) : -1;
+    if (fd == SOCK_SHARED_DEAD) return sockCtrlError(c, ENOTCONN);
     if (fd < 0) return commSuccess; /* the shared control socket has not arrived yet */
     c->ctrlFd = fd;
   }
@@ -704,8 +714,8 @@ fail:
   return res;
 }
 
-/* Connects the sockets of send comm c to the listener of handle h: the control socket (unless withCtrl is 0:
- * a paired acceptor's comes later) with ctrlFlags in its hello, then the data sockets. */
+/* Connects the sockets of send comm c to the listener of handle h: the control socket (when withCtrl) with
+ * ctrlFlags in its hello, then the data sockets. */
 static commResult_t sockConnectSockets(sockComm* c, const sockHandle* h, int withCtrl, uint16_t ctrlFlags) {
   int64_t deadline = commTimeNs() + (int64_t)SOCK_CONNECT_MS * 1000000;
   for (int i = withCtrl ? 0 : 1; i <= c->nData; i++) {
@@ -934,7 +944,14 @@ static commResult_t sockCloseListen(void* listenComm) {
   for (int i = 0; i < l->nPending; i++) close(l->pending[i].fd);
   for (int i = 0; i <= SOCK_MAX_DATA; i++)
     if (l->fds[i] >= 0) close(l->fds[i]);
-  if (l->pairShared) sockSharedRelease(l->pairShared, 0);
+  if (l->pairShared) {
+    /* An acceptor's send connection still waiting for the shared socket would wait forever: tell it. */
+    int expected = -1;
+    if (l->pairExpect)
+      __atomic_compare_exchange_n(&l->pairShared->fd, &expected, SOCK_SHARED_DEAD, 0, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE);
+    sockSharedRelease(l->pairShared, 0);
+  }
   if (l->fd >= 0) close(l->fd);
   free(l);
   return commSuccess;
