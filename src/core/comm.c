@@ -612,7 +612,9 @@ COMM_API commResult_t commInitRankConfig(comm_t* newcomm, int nranks, commUnique
   comm->magic = COMM_MAGIC_ALIVE;
   comm->rank = rank;
   comm->nRanks = nranks;
-  comm->cudaDev = -1;
+  /* The device this rank uses, as NCCL binds a communicator to the caller's current device: it places the
+   * rank in the topology (its GPU, and the NIC nearest to it). -1 for host-only programs. */
+  comm->cudaDev = commCudaCurrentDevice();
   comm->blocking = 1;
   if (CONFIG_HAS(config, blocking) && config->blocking != COMM_CONFIG_UNDEF_INT) comm->blocking = config->blocking;
   comm->timeoutMs = commParamInt("COMM_TIMEOUT_MS", COMM_DEFAULT_TIMEOUT_MS, -1, INT64_MAX / 1000000);

@@ -11,29 +11,51 @@
 #define COMM_CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
 #define COMM_CU_MEMORYTYPE_DEVICE 2
 typedef int (*cuInitFn)(unsigned int);
-typedef int (*cuPointerGetAttributeFn)(void* data, int attribute, uintptr_t ptr);
+/* cuPointerGetAttributes (plural), unlike the singular call, succeeds on pointers CUDA does not know
+ * (their memory type reads 0), so host buffers raise no CUDA error (compute-sanitizer counts those). */
+typedef int (*cuPointerGetAttributesFn)(unsigned int n, int* attributes, void** data, uintptr_t ptr);
 
 static pthread_once_t driverOnce = PTHREAD_ONCE_INIT;
-static cuPointerGetAttributeFn pointerGetAttribute;
+static cuPointerGetAttributesFn pointerGetAttributes;
 
 static void loadDriver(void) {
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) return;
   cuInitFn init = (cuInitFn)dlsym(lib, "cuInit");
-  cuPointerGetAttributeFn get = (cuPointerGetAttributeFn)dlsym(lib, "cuPointerGetAttribute");
+  cuPointerGetAttributesFn get = (cuPointerGetAttributesFn)dlsym(lib, "cuPointerGetAttributes");
   if (init == NULL || get == NULL || init(0) != 0) {
     INFO(COMM_INIT, "CUDA driver present but not usable; all buffers are treated as host memory");
     return;
   }
-  pointerGetAttribute = get;
+  pointerGetAttributes = get;
 }
 
 int commIsDevicePointer(const void* ptr) {
   if (ptr == NULL) return 0;
   pthread_once(&driverOnce, loadDriver);
-  if (pointerGetAttribute == NULL) return 0;
+  if (pointerGetAttributes == NULL) return 0;
   unsigned int memType = 0;
-  /* Host memory unknown to CUDA makes the call fail: that is host memory. */
-  if (pointerGetAttribute(&memType, COMM_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (uintptr_t)ptr) != 0) return 0;
+  int attr = COMM_CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+  void* data = &memType;
+  if (pointerGetAttributes(1, &attr, &data, (uintptr_t)ptr) != 0) return 0;
   return memType == COMM_CU_MEMORYTYPE_DEVICE;
+}
+
+/* The device of the calling thread's current CUDA context, -1 when there is none. Only asked when the
+ * process has loaded the CUDA driver already (a program that uses GPUs has): a host-only program never
+ * pays for loading or initialising it. */
+typedef int (*cuCtxGetCurrentFn)(void** ctx);
+typedef int (*cuCtxGetDeviceFn)(int* dev);
+
+int commCudaCurrentDevice(void) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (lib == NULL) return -1;
+  cuCtxGetCurrentFn getCurrent = (cuCtxGetCurrentFn)dlsym(lib, "cuCtxGetCurrent");
+  cuCtxGetDeviceFn getDevice = (cuCtxGetDeviceFn)dlsym(lib, "cuCtxGetDevice");
+  void* ctx = NULL;
+  int dev = -1;
+  if (getCurrent == NULL || getDevice == NULL || getCurrent(&ctx) != 0 || ctx == NULL || getDevice(&dev) != 0)
+    dev = -1;
+  dlclose(lib); /* drops the reference RTLD_NOLOAD took; the driver stays loaded */
+  return dev;
 }

@@ -40,6 +40,8 @@ commResult_t commPlansBuildMulti(struct commComm** comms, commTask** lists, int 
 
 /* src/core/memtype.c: 1 if ptr is CUDA device memory (only detectable when the CUDA driver is present). */
 int commIsDevicePointer(const void* ptr);
+/* CUDA device of the calling thread's current context; -1 without one (or without a loaded driver). */
+int commCudaCurrentDevice(void);
 
 /* src/core/comm.c: API entry/exit bookkeeping. Enter fails with a WARN on a bad or dead comm. */
 commResult_t commApiEnter(comm_t comm, const char* api);

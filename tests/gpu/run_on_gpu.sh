@@ -18,7 +18,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 MODE=${1:-run}
 BUILD=${2:-build-gpu}
 # The GPU tests and benchmarks, as paths inside BUILD.
-TESTS=(tests/test_gpu_reduce)
+TESTS=(tests/test_gpu_reduce tests/test_gpu_comm_device)
 BENCHES=("bench/gpu_launch_bench -n 10000 -r 9" "bench/gpu_reduce_bench -s 268435456 -r 9 -i 20")
 
 case $MODE in
@@ -31,15 +31,17 @@ case $MODE in
     cmake --build "$BUILD" -j"$(nproc)" "${targets[@]}" || exit 1
     mkdir -p "$BUILD/lib"
     for t in "${TESTS[@]}" "${BENCHES[@]%% *}"; do
-      ldd "$BUILD/$t" | awk '/=> \// {print $3}' | grep -E 'hwloc|cmocka|udev' | xargs -r -I{} cp -L {} "$BUILD/lib/"
+      ldd "$BUILD/$t" | awk '/=> \// {print $3}' | grep -E 'libcomm|hwloc|cmocka|udev' | xargs -r -I{} cp -L {} "$BUILD/lib/"
     done
     echo "run_on_gpu: built in $BUILD; carry it and run: tests/gpu/run_on_gpu.sh run $BUILD"
     ;;
   run)
     [[ -d $BUILD ]] || { echo "run_on_gpu: no $BUILD (build it first: tests/gpu/run_on_gpu.sh build)"; exit 1; }
     LOGS=${OUT:-$BUILD/gpu-logs}
-    mkdir -p "$LOGS"
+    mkdir -p "$LOGS" && LOGS=$(cd "$LOGS" && pwd)
     export LD_LIBRARY_PATH="$PWD/$BUILD/lib:${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0
+    cd "$LOGS" || exit 1 # tests write their own logs in the current directory
+    BUILD=$OLDPWD/$BUILD
     nvidia-smi > "$LOGS/nvidia-smi.txt" 2>&1
     fail=0
     summary() { echo "$1" | tee -a "$LOGS/summary.txt"; }

@@ -1,0 +1,76 @@
+/* test_gpu_comm_device: a communicator is bound to its rank's current CUDA device, as NCCL binds it, and
+ * the topology places the rank at that GPU. Two ranks as threads of one process, each with device 0
+ * current (several ranks may share a GPU): commCuDevice says 0, the INFO log places each rank at GPU0,
+ * a host-buffer allreduce is right, and one on cudaMalloc'd buffers is refused (commInvalidUsage: the
+ * device executor is not in this build yet). A third thread with no CUDA context makes a 1-rank communicator:
+ * commCuDevice says -1 there. Public API only. Exit 77 (skipped) without a GPU. */
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+
+static commUniqueId id;
+static int devOf[2] = {-2, -2}, ok[2];
+
+static void* rankMain(void* arg) {
+  int rank = (int)(long)arg;
+  if (cudaSetDevice(0) != cudaSuccess || cudaFree(0) != cudaSuccess) return NULL; /* make the context */
+  comm_t comm;
+  if (commInitRank(&comm, 2, id, rank) != commSuccess) return NULL;
+  commCuDevice(comm, &devOf[rank]);
+  float v[3] = {1.0f + rank, 2.0f, 3.0f * rank};
+  if (commAllReduce(v, v, 3, commFloat32, commSum, comm, NULL) == commSuccess)
+    ok[rank] = v[0] == 3.0f && v[1] == 4.0f && v[2] == 3.0f;
+  /* Device buffers are told apart from host ones (and refused until the device executor lands). */
+  float* d = NULL;
+  if (cudaMalloc((void**)&d, 3 * sizeof(float)) != cudaSuccess ||
+      commAllReduce(d, d, 3, commFloat32, commSum, comm, NULL) != commInvalidUsage)
+    ok[rank] = 0;
+  cudaFree(d);
+  commFinalize(comm);
+  commDestroy(comm);
+  return NULL;
+}
+
+static int noCtxDev = -2;
+static void* noContextMain(void* arg) {
+  (void)arg;
+  commUniqueId one;
+  comm_t comm;
+  if (commGetUniqueId(&one) != commSuccess || commInitRank(&comm, 1, one, 0) != commSuccess) return NULL;
+  commCuDevice(comm, &noCtxDev);
+  commDestroy(comm);
+  return NULL;
+}
+
+int main(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    printf("test_gpu_comm_device: SKIP (no CUDA device)\n");
+    return 77;
+  }
+  const char* log = "test_gpu_comm_device.log";
+  remove(log); /* count only this run's lines */
+  setenv("COMM_DEBUG", "INFO", 1);
+  setenv("COMM_DEBUG_SUBSYS", "TOPO", 1);
+  setenv("COMM_DEBUG_FILE", log, 1);
+  if (commGetUniqueId(&id) != commSuccess) return 1;
+  pthread_t t[3];
+  for (long r = 0; r < 2; r++) pthread_create(&t[r], NULL, rankMain, (void*)r);
+  for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+  pthread_create(&t[2], NULL, noContextMain, NULL);
+  pthread_join(t[2], NULL);
+  int placed = 0;
+  FILE* f = fopen(log, "r");
+  char line[1024];
+  while (f && fgets(line, sizeof(line), f))
+    if (strstr(line, "topology: rank") && strstr(line, "device GPU0")) placed++;
+  if (f) fclose(f);
+  int pass = devOf[0] == 0 && devOf[1] == 0 && ok[0] && ok[1] && placed >= 2 && noCtxDev == -1;
+  printf("test_gpu_comm_device: commCuDevice %d %d, allreduce %s, %d rank(s) placed at GPU0, no context: %d: %s\n",
+         devOf[0], devOf[1], ok[0] && ok[1] ? "right" : "wrong", placed, noCtxDev, pass ? "PASS" : "FAIL");
+  return pass ? 0 : 1;
+}
