@@ -47,6 +47,7 @@
 #include "debug.h"
 #include "param.h"
 #include "socket.h"
+#include "topo.h"
 #include "transport.h"
 #include "utils.h"
 
@@ -227,6 +228,7 @@ typedef struct {
 
 typedef struct sockComm {
   int isSend;
+  int dev;             /* the device (interface) it was made on: helper threads run near it */
   int ctrlFd;          /* headers (and inline payloads); paired: the shared socket, -1 on an acceptor's send
                         * connection until it arrives */
   sockShared* shared;  /* the shared socket of a paired connection, else NULL */
@@ -274,6 +276,7 @@ typedef struct {
    * comm. */
   sockShared* pairShared;
   int pairExpect;             /* acceptor: the control socket must come with the PAIRED bit */
+  int dev;
 } sockListen;
 
 static void* sockThreadMain(void* arg) {
@@ -315,6 +318,26 @@ static void* sockThreadMain(void* arg) {
   return NULL;
 }
 
+/* Helper threads run on the cores near their interface's NIC (its PCI device's local_cpulist in sysfs;
+ * interfaces without one, such as veth or virtio without NUMA information, leave them where they are). */
+static void sockBindNearDevice(sockThread* t, int dev) {
+  if (dev < 0 || dev >= sockNDevs) return;
+  char path[160], cpus[COMM_TOPO_CPUSET_MAX];
+  /* The PCI function itself, or (virtio) the PCI device the interface's device hangs from. */
+  snprintf(path, sizeof(path), "/sys/class/net/%s/device/local_cpulist", sockIfNames[dev]);
+  FILE* f = fopen(path, "r");
+  if (f == NULL) {
+    snprintf(path, sizeof(path), "/sys/class/net/%s/device/../local_cpulist", sockIfNames[dev]);
+    f = fopen(path, "r");
+  }
+  if (f == NULL) return;
+  int got = fgets(cpus, sizeof(cpus), f) != NULL;
+  fclose(f);
+  if (!got) return;
+  cpus[strcspn(cpus, "\n")] = '\0';
+  commBindThreadToCpuList(t->thread, cpus, "NET/Socket helper thread", sockIfNames[dev]);
+}
+
 static commResult_t sockStartThreads(sockComm* c) {
   int perThread = COMM_DIV_UP(c->nData, c->nThreads);
   for (int i = 0; i < c->nThreads; i++) {
@@ -334,6 +357,7 @@ static commResult_t sockStartThreads(sockComm* c) {
       return commSystemError;
     }
     t->started = 1;
+    sockBindNearDevice(t, c->dev);
   }
   c->threadsStarted = 1;
   return commSuccess;
@@ -702,6 +726,7 @@ static commResult_t sockListenFn(int dev, void* handle, void** listenComm) {
   COMMCHECKGOTO(commSocketListen(&addr, &l->fd), res, fail);
   l->magic = (uint32_t)(magic & SOCK_HELLO_MAGIC_MASK);
   l->count = -1;
+  l->dev = dev;
   for (int i = 0; i <= SOCK_MAX_DATA; i++) l->fds[i] = -1;
   sockHandle* h = (sockHandle*)handle;
   memset(h, 0, sizeof(*h));
@@ -742,6 +767,7 @@ static commResult_t sockNewSend(int dev, const sockHandle* h, sockComm** out) {
   int nt, ns;
   sockConfig(&nt, &ns);
   COMMCHECK(sockNewComm(1, nt * ns, out));
+  (*out)->dev = dev;
   commSocketAddrStr(&h->addr, (*out)->peerStr, sizeof((*out)->peerStr));
   return commSuccess;
 }
@@ -902,6 +928,7 @@ static commResult_t sockAccept(void* listenComm, void** recvComm) {
     return res;
   }
   c->ctrlFd = l->fds[0];
+  c->dev = l->dev;
   if (l->pairShared) { /* the shared socket first, the own control socket is the private one */
     c->privFd = c->ctrlFd;
     c->ctrlFd = __atomic_load_n(&l->pairShared->fd, __ATOMIC_ACQUIRE);

@@ -37,6 +37,7 @@
 #ifndef COMM_TOPO_H_
 #define COMM_TOPO_H_
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -279,6 +280,10 @@ int commTopoGdrLevel(void);
 /* Binds the calling thread to the PUs of the CPU (NUMA node) nearest `node`, intersected with the
  * process's allowed PUs; no-op with an INFO line when that would leave nothing. */
 commResult_t commTopoBindThread(const commTopo* topo, int node, const char* what);
+/* Binds `thread` to the cores of a Linux cpu list ("0-3,8"), intersected with the calling thread's allowed
+ * cores; 1 when bound, else 0 with an INFO line (unusable list, nothing in common). `near` names what the
+ * cores are near, for the log. */
+int commBindThreadToCpuList(pthread_t thread, const char* cpus, const char* what, const char* near);
 
 /* The CPU (NUMA node) of `host` the calling thread runs on: the one sharing most PUs with its allowed
  * cores (ties: the lowest index). */

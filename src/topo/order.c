@@ -496,31 +496,35 @@ static int parseCpuList(const char* s, cpu_set_t* set) {
   return any;
 }
 
+int commBindThreadToCpuList(pthread_t thread, const char* cpus, const char* what, const char* near) {
+  cpu_set_t want, allowed, both;
+  if (cpus == NULL || !parseCpuList(cpus, &want) || sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
+    INFO(COMM_TOPO, "%s not bound: cpu list \"%s\" unusable", what, cpus ? cpus : "");
+    return 0;
+  }
+  CPU_AND(&both, &want, &allowed);
+  if (CPU_COUNT(&both) == 0) {
+    INFO(COMM_TOPO, "%s not bound: the cores %s (near %s) are not among this thread's allowed cores", what, cpus,
+         near);
+    return 0;
+  }
+  int err = pthread_setaffinity_np(thread, sizeof(both), &both);
+  if (err != 0) {
+    INFO(COMM_TOPO, "%s not bound: pthread_setaffinity_np: %s", what, strerror(err));
+    return 0;
+  }
+  INFO(COMM_TOPO, "%s bound to %d core(s) of %s, near %s", what, CPU_COUNT(&both), cpus, near);
+  return 1;
+}
+
 commResult_t commTopoBindThread(const commTopo* topo, int node, const char* what) {
   if (topo == NULL || node < 0 || node >= topo->nNodes) return commSuccess;
   int cpu = commTopoCpuOf(topo, node);
   if (cpu < 0) return commSuccess;
-  char lab[96];
+  char lab[96], near[160];
   commTopoNodeLabel(topo, node, lab, sizeof(lab));
-  cpu_set_t want, allowed, both;
-  if (!parseCpuList(topo->nodes[cpu].u.cpu.cpus, &want) || sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
-    INFO(COMM_TOPO, "%s not bound: CPU%d's cpu list \"%s\" unusable", what, topo->nodes[cpu].index,
-         topo->nodes[cpu].u.cpu.cpus);
-    return commSuccess;
-  }
-  CPU_AND(&both, &want, &allowed);
-  if (CPU_COUNT(&both) == 0) {
-    INFO(COMM_TOPO, "%s not bound: CPU%d (%s, near %s) shares no core with this process's allowed cores", what,
-         topo->nodes[cpu].index, topo->nodes[cpu].u.cpu.cpus, lab);
-    return commSuccess;
-  }
-  int err = pthread_setaffinity_np(pthread_self(), sizeof(both), &both);
-  if (err != 0) {
-    INFO(COMM_TOPO, "%s not bound: pthread_setaffinity_np: %s", what, strerror(err));
-    return commSuccess;
-  }
-  INFO(COMM_TOPO, "%s bound to the %d core(s) of CPU%d (NUMA %d, %s), nearest %s", what, CPU_COUNT(&both),
-       topo->nodes[cpu].index, topo->nodes[cpu].u.cpu.numa, topo->nodes[cpu].u.cpu.cpus, lab);
+  snprintf(near, sizeof(near), "%s (CPU%d, NUMA %d)", lab, topo->nodes[cpu].index, topo->nodes[cpu].u.cpu.numa);
+  commBindThreadToCpuList(pthread_self(), topo->nodes[cpu].u.cpu.cpus, what, near);
   return commSuccess;
 }
 
