@@ -116,6 +116,18 @@ static inline int commAborted(const struct commComm* comm) { return __atomic_loa
 /* Allocate channel c's tables (and ring order) if it has none yet. */
 commResult_t commChannelEnsure(struct commComm* comm, int c);
 
+/* src/core/placement.c: where the ranks sit in the topology, and the rings that follow from it. */
+/* Fills info's topology device (topoDevType, topoDevIndex) for the calling rank, before the exchange. */
+void commPlacementDescribeSelf(struct commComm* comm, commPeerInfo* info);
+/* After the exchange: every rank's host and device, this node's ring positions on every channel, shared in
+ * one allgather (comm->topoRanks, comm->ringPos; the NIC identities go into peers[].netIfHash). */
+commResult_t commPlacementSetup(struct commComm* comm);
+/* COMM_TOPO_DUMP_FILE, by rank COMM_TOPO_DUMP_FILE_RANK. */
+commResult_t commPlacementDump(struct commComm* comm);
+/* Channel c's ring into ringRanks[nRanks]: nodes in order, within a node the topology's order for c (or rank
+ * order turned by c without one). */
+commResult_t commPlacementRing(struct commComm* comm, int c, int* ringRanks);
+
 /* src/core/redop.c: the reduction arguments for op on this comm (built-in or user-made). */
 commResult_t commRedOpResolve(comm_t comm, commRedOp_t op, commDataType_t type, commRedOpArgs* args);
 
