@@ -8,8 +8,8 @@
  *    is its libpciaccess plugin (the Linux backend reads the PCI tree from sysfs).
  *  - sysfs: PCIe generation / width (/sys/bus/pci/devices/X/current_link_*), RDMA ports
  *    (/sys/class/infiniband), netdev speeds and netdevs hwloc does not place (/sys/class/net).
- *  - the CUDA driver (libcuda.so.1, dlopen): CUDA ordinal, compute capability, memory, name of each GPU.
- *  - NVML (libnvidia-ml.so.1, dlopen): NVLinks (GPU to GPU, GPU to NVSwitch).
+ *  - the CUDA driver (libcuda.so.1, dlopen): CUDA ordinal, compute capability, memory, name of each GPU;
+ *    NVML (libnvidia-ml.so.1, dlopen): NVLinks (GPU to GPU, GPU to NVSwitch). Both in discover_gpu.c.
  *
  * PCI tree rules. hwloc shows every PCI-to-PCI bridge; the graph keeps only what changes a path class:
  *  - host bridges are dropped (the CPU node stands for its host bridge);
@@ -63,11 +63,10 @@
 #include "check.h"
 #include "debug.h"
 #include "utils.h"
+#include "discover_internal.h"
 
 #define DEFAULT_PCI_BW 12.0      /* PCIe gen3 x16 */
-#define DEFAULT_CUDA_GPU_BW 24.0 /* a GPU hwloc did not see */
 #define DEFAULT_NET_MBPS 10000
-#define NVML_MAX_LINKS 18
 
 /* ---- sysfs helpers ---- */
 
@@ -88,14 +87,14 @@ static int readText(const char* path, char* buf, size_t len) {
 static int pathExists(const char* path) { return access(path, F_OK) == 0; }
 
 /* Copies src into dst[len], truncated. */
-static void copyStr(char* dst, size_t len, const char* src) {
+void discCopyStr(char* dst, size_t len, const char* src) {
   size_t n = strnlen(src, len - 1);
   memcpy(dst, src, n);
   dst[n] = '\0';
 }
 
 /* "0000:18:00.0", "00000000:18:00.0", "18:00.0" (any case) -> "0000:18:00.0". Returns 0, -1 if no bus id. */
-static int busIdNormalize(const char* in, char out[COMM_TOPO_BUSID_MAX]) {
+int discBusIdNormalize(const char* in, char out[COMM_TOPO_BUSID_MAX]) {
   unsigned dom = 0, bus, dev, fn;
   char tail;
   if (sscanf(in, "%x:%x:%x.%x%c", &dom, &bus, &dev, &fn, &tail) != 4) {
@@ -174,141 +173,8 @@ fail:
   return res;
 }
 
-/* ---- CUDA driver and NVML, loaded once ---- */
 
-typedef int (*cuInit_t)(unsigned);
-typedef int (*cuDeviceGetCount_t)(int*);
-typedef int (*cuDeviceGet_t)(int*, int);
-typedef int (*cuDeviceGetPCIBusId_t)(char*, int, int);
-typedef int (*cuDeviceGetAttribute_t)(int*, int, int);
-typedef int (*cuDeviceTotalMem_t)(size_t*, int);
-typedef int (*cuDeviceGetName_t)(char*, int, int);
-#define CU_ATTR_CC_MAJOR 75
-#define CU_ATTR_CC_MINOR 76
-#define CU_ERROR_NO_DEVICE 100
-
-/* NVML's C ABI (nvml.h, not included: it may be absent). */
-typedef struct nvmlDevice_st* nvmlDevice_t;
-typedef struct {
-  char busIdLegacy[16];
-  unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
-  char busId[32];
-} nvmlPciInfo_t;
-typedef struct {
-  unsigned long long total, free, used;
-} nvmlMemory_t;
-#define NVML_OK 0
-#define NVML_FEATURE_ENABLED 1
-#define NVML_NVLINK_DEVICE_GPU 0
-#define NVML_NVLINK_DEVICE_IBMNPU 1
-#define NVML_NVLINK_DEVICE_SWITCH 2
-typedef int (*nvmlInit_t)(void);
-typedef int (*nvmlGetHandleByPciBusId_t)(const char*, nvmlDevice_t*);
-typedef int (*nvmlGetNvLinkState_t)(nvmlDevice_t, unsigned, int*);
-typedef int (*nvmlGetNvLinkRemotePciInfo_t)(nvmlDevice_t, unsigned, nvmlPciInfo_t*);
-typedef int (*nvmlGetNvLinkRemoteDeviceType_t)(nvmlDevice_t, unsigned, int*);
-typedef int (*nvmlGetCudaComputeCapability_t)(nvmlDevice_t, int*, int*);
-typedef int (*nvmlGetName_t)(nvmlDevice_t, char*, unsigned);
-typedef int (*nvmlGetMemoryInfo_t)(nvmlDevice_t, nvmlMemory_t*);
-
-static struct {
-  int cudaLoaded; /* every required symbol found */
-  int cuInitErr;  /* cuInit(0), called once */
-  int cudaTried;  /* libcuda was found loaded and looked at */
-  cuInit_t init;
-  cuDeviceGetCount_t getCount;
-  cuDeviceGet_t get;
-  cuDeviceGetPCIBusId_t busId;
-  cuDeviceGetAttribute_t attr;
-  cuDeviceTotalMem_t totalMem;
-  cuDeviceGetName_t name;
-  int nvmlLoaded;
-  nvmlInit_t nvInit;
-  nvmlGetHandleByPciBusId_t nvHandle;
-  nvmlGetNvLinkState_t nvLinkState;
-  nvmlGetNvLinkRemotePciInfo_t nvLinkRemote;
-  nvmlGetNvLinkRemoteDeviceType_t nvLinkRemoteType; /* optional */
-  nvmlGetCudaComputeCapability_t nvCc;              /* optional */
-  nvmlGetName_t nvName;                             /* optional */
-  nvmlGetMemoryInfo_t nvMem;                        /* optional */
-  int nvmlInitErr;                                  /* nvmlInit_v2, called once */
-} gLib;
-static pthread_once_t gLibOnce = PTHREAD_ONCE_INIT;
-
-/* Both libraries are initialised once and stay loaded and initialised for the life of the process: the CUDA
- * driver keeps state (and threads) after cuInit, a failed cuInit fails again, and nvmlInit / nvmlShutdown
- * cost milliseconds at every discovery otherwise.
- * The CUDA driver is only used when the process has loaded it already (a program that uses GPUs has):
- * cuInit costs about 250 ms on an H200 machine, which a host-memory communicator must not pay. Until then
- * GPUs come from hwloc and NVML with CUDA device -1, and each discovery looks again. */
-static pthread_mutex_t gCudaLock = PTHREAD_MUTEX_INITIALIZER;
-static void loadCuda(void) {
-  pthread_mutex_lock(&gCudaLock);
-  void* h = gLib.cudaLoaded || gLib.cudaTried ? NULL : dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-  if (h) {
-    gLib.cudaTried = 1;
-    gLib.init = (cuInit_t)dlsym(h, "cuInit");
-    gLib.getCount = (cuDeviceGetCount_t)dlsym(h, "cuDeviceGetCount");
-    gLib.get = (cuDeviceGet_t)dlsym(h, "cuDeviceGet");
-    gLib.busId = (cuDeviceGetPCIBusId_t)dlsym(h, "cuDeviceGetPCIBusId");
-    gLib.attr = (cuDeviceGetAttribute_t)dlsym(h, "cuDeviceGetAttribute");
-    gLib.totalMem = (cuDeviceTotalMem_t)dlsym(h, "cuDeviceTotalMem_v2");
-    gLib.name = (cuDeviceGetName_t)dlsym(h, "cuDeviceGetName");
-    gLib.cudaLoaded = gLib.init && gLib.getCount && gLib.get && gLib.busId && gLib.attr && gLib.totalMem && gLib.name;
-    if (gLib.cudaLoaded) gLib.cuInitErr = gLib.init(0);
-  }
-  pthread_mutex_unlock(&gCudaLock);
-}
-
-static void loadLibs(void) {
-  void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (h) {
-    gLib.nvInit = (nvmlInit_t)dlsym(h, "nvmlInit_v2");
-    gLib.nvHandle = (nvmlGetHandleByPciBusId_t)dlsym(h, "nvmlDeviceGetHandleByPciBusId_v2");
-    gLib.nvLinkState = (nvmlGetNvLinkState_t)dlsym(h, "nvmlDeviceGetNvLinkState");
-    gLib.nvLinkRemote = (nvmlGetNvLinkRemotePciInfo_t)dlsym(h, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
-    gLib.nvLinkRemoteType = (nvmlGetNvLinkRemoteDeviceType_t)dlsym(h, "nvmlDeviceGetNvLinkRemoteDeviceType");
-    gLib.nvCc = (nvmlGetCudaComputeCapability_t)dlsym(h, "nvmlDeviceGetCudaComputeCapability");
-    gLib.nvName = (nvmlGetName_t)dlsym(h, "nvmlDeviceGetName");
-    gLib.nvMem = (nvmlGetMemoryInfo_t)dlsym(h, "nvmlDeviceGetMemoryInfo");
-    gLib.nvmlLoaded = gLib.nvInit && gLib.nvHandle && gLib.nvLinkState && gLib.nvLinkRemote;
-    if (gLib.nvmlLoaded) gLib.nvmlInitErr = gLib.nvInit();
-  }
-}
-
-/* ---- Discovery state ---- */
-
-typedef struct {
-  int parent; /* builder node */
-  char busId[COMM_TOPO_BUSID_MAX];
-  char name[COMM_TOPO_NAME_MAX];
-  double bw;
-  int gen, width;
-  int rdma;                        /* NIC: an RDMA device (else a netdev) */
-  char netdev[COMM_TOPO_NAME_MAX]; /* RDMA device: a netdev of the same PCI function (hwloc), "" none */
-  int dev, sm, memMB;              /* GPU */
-} discDev;
-
-typedef struct {
-  discDev* a;
-  int n, cap;
-} discDevs;
-
-typedef struct {
-  commTopo* topo;
-  int host;
-  hwloc_topology_t hw; /* NULL when hwloc failed */
-  int nCpus;
-  int* cpuNode;                 /* builder node of each CPU */
-  hwloc_const_cpuset_t* cpuSet; /* its PUs (hwloc's), NULL without hwloc */
-  discDevs gpus, nics;
-  int nPciDefault; /* PCI links of unknown speed (one WARN) */
-  int nNetDefault; /* NIC speeds unknown (one WARN) */
-  int nCudaOnly;   /* GPUs CUDA lists and hwloc did not see (one WARN) */
-  int cudaGpus;    /* GPUs the CUDA driver lists */
-} discState;
-
-static commResult_t devPush(discDevs* v, discDev** out) {
+commResult_t discDevPush(discDevs* v, discDev** out) {
   if (v->n == v->cap) {
     int newCap = v->cap ? v->cap * 2 : 8;
     COMMCHECK(commRealloc(&v->a, (size_t)v->cap, (size_t)newCap, sizeof(discDev)));
@@ -393,8 +259,8 @@ static void cpuFromHwloc(discState* st, hwloc_obj_t obj, commTopoNode* nd) {
   const char* model = pkg ? hwloc_obj_get_info_by_name(pkg, "CPUModel") : NULL;
   if (vendor == NULL) vendor = hwloc_obj_get_info_by_name(root, "CPUVendor");
   if (model == NULL) model = hwloc_obj_get_info_by_name(root, "CPUModel");
-  copyStr(nd->u.cpu.vendor, sizeof(nd->u.cpu.vendor), vendor ? vendor : "");
-  copyStr(nd->name, sizeof(nd->name), model ? model : "");
+  discCopyStr(nd->u.cpu.vendor, sizeof(nd->u.cpu.vendor), vendor ? vendor : "");
+  discCopyStr(nd->name, sizeof(nd->name), model ? model : "");
 }
 
 static commResult_t addCpusHwloc(discState* st, const char* arch) {
@@ -424,7 +290,7 @@ static commResult_t addCpusHwloc(discState* st, const char* arch) {
     int node;
     COMMCHECKGOTO(commTopoAddNode(st->topo, st->host, COMM_TOPO_CPU, -1, &node), res, exit);
     commTopoNode* nd = commTopoNodeAt(st->topo, node);
-    copyStr(nd->u.cpu.arch, sizeof(nd->u.cpu.arch), arch);
+    discCopyStr(nd->u.cpu.arch, sizeof(nd->u.cpu.arch), arch);
     cpuFromHwloc(st, objs[i], nd);
     st->cpuNode[i] = node;
     st->cpuSet[i] = objs[i]->cpuset;
@@ -443,7 +309,7 @@ static commResult_t addCpuFallback(discState* st, const char* arch) {
   st->cpuNode[0] = node;
   st->nCpus = 1;
   commTopoNode* nd = commTopoNodeAt(st->topo, node);
-  copyStr(nd->u.cpu.arch, sizeof(nd->u.cpu.arch), arch);
+  discCopyStr(nd->u.cpu.arch, sizeof(nd->u.cpu.arch), arch);
   cpu_set_t set;
   int count = 0;
   char* p = nd->u.cpu.cpus;
@@ -481,9 +347,9 @@ static commResult_t addCpuFallback(discState* st, const char* arch) {
       while (*v == ' ' || *v == '\t') v++;
       v[strcspn(v, "\n")] = '\0';
       if (strncmp(line, "vendor_id", 9) == 0 && nd->u.cpu.vendor[0] == '\0')
-        copyStr(nd->u.cpu.vendor, sizeof(nd->u.cpu.vendor), v);
+        discCopyStr(nd->u.cpu.vendor, sizeof(nd->u.cpu.vendor), v);
       else if (strncmp(line, "model name", 10) == 0 && nd->name[0] == '\0')
-        copyStr(nd->name, sizeof(nd->name), v);
+        discCopyStr(nd->name, sizeof(nd->name), v);
       if (nd->u.cpu.vendor[0] && nd->name[0]) break;
     }
     fclose(f);
@@ -534,25 +400,25 @@ static int ioUseful(hwloc_obj_t obj) {
   return 0;
 }
 
-static void hwBusId(unsigned dom, unsigned bus, unsigned dev, unsigned fn, char out[COMM_TOPO_BUSID_MAX]) {
+void discHwBusId(unsigned dom, unsigned bus, unsigned dev, unsigned fn, char out[COMM_TOPO_BUSID_MAX]) {
   snprintf(out, COMM_TOPO_BUSID_MAX, "%04x:%02x:%02x.%x", dom & 0xffff, bus & 0xff, dev & 0x1f, fn & 7);
 }
 
 static commResult_t pciDevice(discState* st, hwloc_obj_t obj, int parent) {
   const struct hwloc_pcidev_attr_s* a = &obj->attr->pcidev;
   char busId[COMM_TOPO_BUSID_MAX];
-  hwBusId(a->domain, a->bus, a->dev, a->func, busId);
+  discHwBusId(a->domain, a->bus, a->dev, a->func, busId);
   int haveLink = 0, gen = 0, width = 0;
   double bw = 0;
   if (isNvidiaGpu(obj)) {
     discDev* g;
-    COMMCHECK(devPush(&st->gpus, &g));
+    COMMCHECK(discDevPush(&st->gpus, &g));
     g->parent = parent;
-    copyStr(g->busId, sizeof(g->busId), busId);
+    discCopyStr(g->busId, sizeof(g->busId), busId);
     pciLink(st, busId, a->linkspeed, &g->bw, &g->gen, &g->width);
     const char* model = hwloc_obj_get_info_by_name(obj, "PCIDevice");
     if (model)
-      copyStr(g->name, sizeof(g->name), model);
+      discCopyStr(g->name, sizeof(g->name), model);
     else
       snprintf(g->name, sizeof(g->name), "NVIDIA GPU [%04x:%04x]", a->vendor_id, a->device_id);
     return commSuccess;
@@ -564,10 +430,10 @@ static commResult_t pciDevice(discState* st, hwloc_obj_t obj, int parent) {
       haveLink = 1;
     }
     discDev* d;
-    COMMCHECK(devPush(&st->nics, &d));
+    COMMCHECK(discDevPush(&st->nics, &d));
     d->parent = parent;
-    copyStr(d->busId, sizeof(d->busId), busId);
-    copyStr(d->name, sizeof(d->name), c->name);
+    discCopyStr(d->busId, sizeof(d->busId), busId);
+    discCopyStr(d->name, sizeof(d->name), c->name);
     d->bw = bw;
     d->gen = gen;
     d->width = width;
@@ -580,7 +446,7 @@ static commResult_t pciDevice(discState* st, hwloc_obj_t obj, int parent) {
       net = c->name;
   for (int i = 0; net && i < st->nics.n; i++)
     if (st->nics.a[i].rdma && strcmp(st->nics.a[i].busId, busId) == 0)
-      copyStr(st->nics.a[i].netdev, sizeof(st->nics.a[i].netdev), net);
+      discCopyStr(st->nics.a[i].netdev, sizeof(st->nics.a[i].netdev), net);
   return commSuccess;
 }
 
@@ -614,7 +480,7 @@ static commResult_t walkIo(discState* st, hwloc_obj_t obj, int parent, int role)
     COMMCHECK(commTopoAddNode(st->topo, st->host, COMM_TOPO_PCI, parent, &node));
     commTopoNode* nd = commTopoNodeAt(st->topo, node);
     const struct hwloc_pcidev_attr_s* up = &b->upstream.pci;
-    hwBusId(up->domain, up->bus, up->dev, up->func, nd->busId);
+    discHwBusId(up->domain, up->bus, up->dev, up->func, nd->busId);
     nd->u.pci.kind = kind;
     double bw;
     int gen, width;
@@ -635,193 +501,6 @@ static commResult_t walkNormal(discState* st, hwloc_obj_t obj) {
     for (hwloc_obj_t c = obj->io_first_child; c; c = c->next_sibling) COMMCHECK(walkIo(st, c, cpu, ROLE_ROOT));
   }
   for (hwloc_obj_t c = obj->first_child; c; c = c->next_sibling) COMMCHECK(walkNormal(st, c));
-  return commSuccess;
-}
-
-/* ---- GPUs ---- */
-
-static int findDev(const discDevs* v, const char* busId) {
-  for (int i = 0; i < v->n; i++)
-    if (strcmp(v->a[i].busId, busId) == 0) return i;
-  return -1;
-}
-
-static commResult_t cudaGpus(discState* st, int hwlocGpus) {
-  if (!gLib.cudaLoaded) {
-    if (hwlocGpus)
-      INFO(COMM_TOPO,
-           "topology: %d NVIDIA GPU(s) on PCI; the CUDA driver is not loaded in this process, so their CUDA device "
-           "numbers are not matched (a program that uses them loads CUDA before it creates a communicator)",
-           hwlocGpus);
-    else
-      INFO(COMM_TOPO, "topology: the CUDA driver is not loaded in this process: no CUDA GPUs");
-    return commSuccess;
-  }
-  int err = gLib.cuInitErr, count = 0;
-  if (err == 0) err = gLib.getCount(&count);
-  if (err == CU_ERROR_NO_DEVICE) {
-    INFO(COMM_TOPO, "topology: the CUDA driver lists no GPU%s", hwlocGpus ? " (CUDA_VISIBLE_DEVICES?)" : "");
-    return commSuccess;
-  }
-  if (err != 0) {
-    if (hwlocGpus)
-      WARN("topology: %d NVIDIA GPU(s) on PCI but the CUDA driver fails (error %d); their CUDA devices are unknown",
-           hwlocGpus, err);
-    else
-      INFO(COMM_TOPO, "topology: CUDA driver present but unusable (error %d): no CUDA GPUs", err);
-    return commSuccess;
-  }
-  for (int i = 0; i < count; i++) {
-    int dev, major = 0, minor = 0;
-    char raw[64], busId[COMM_TOPO_BUSID_MAX], name[COMM_TOPO_NAME_MAX];
-    size_t mem = 0;
-    if (gLib.get(&dev, i) != 0 || gLib.busId(raw, (int)sizeof(raw), dev) != 0 || busIdNormalize(raw, busId) != 0) {
-      WARN("topology: CUDA device %d: no PCI bus id; left out of the topology", i);
-      continue;
-    }
-    st->cudaGpus++;
-    int g = findDev(&st->gpus, busId);
-    discDev* d;
-    if (g < 0) {
-      COMMCHECK(devPush(&st->gpus, &d));
-      d->parent = st->cpuNode[0];
-      d->bw = DEFAULT_CUDA_GPU_BW;
-      copyStr(d->busId, sizeof(d->busId), busId);
-      st->nCudaOnly++;
-    } else {
-      d = &st->gpus.a[g];
-    }
-    d->dev = i;
-    if (gLib.attr(&major, CU_ATTR_CC_MAJOR, dev) == 0 && gLib.attr(&minor, CU_ATTR_CC_MINOR, dev) == 0)
-      d->sm = major * 10 + minor;
-    if (gLib.totalMem(&mem, dev) == 0) d->memMB = (int)(mem >> 20);
-    if (gLib.name(name, (int)sizeof(name), dev) == 0) {
-      name[sizeof(name) - 1] = '\0';
-      copyStr(d->name, sizeof(d->name), name);
-    }
-  }
-  INFO(COMM_TOPO, "topology: CUDA driver lists %d GPU(s)", count);
-  return commSuccess;
-}
-
-static int cmpBusId(const void* a, const void* b) {
-  return strcmp(((const discDev*)a)->busId, ((const discDev*)b)->busId);
-}
-
-/* Adds the GPU nodes (ordered by bus id); node[i] receives the builder node of st->gpus.a[i]. */
-static commResult_t addGpus(discState* st, int* node) {
-  if (st->gpus.n > 1) qsort(st->gpus.a, (size_t)st->gpus.n, sizeof(discDev), cmpBusId);
-  for (int i = 0; i < st->gpus.n; i++) {
-    const discDev* d = &st->gpus.a[i];
-    COMMCHECK(commTopoAddNode(st->topo, st->host, COMM_TOPO_GPU, d->parent, &node[i]));
-    commTopoNode* nd = commTopoNodeAt(st->topo, node[i]);
-    copyStr(nd->busId, sizeof(nd->busId), d->busId);
-    copyStr(nd->name, sizeof(nd->name), d->name);
-    nd->bw = d->bw;
-    nd->u.gpu.dev = d->dev;
-    nd->u.gpu.sm = d->sm;
-    nd->u.gpu.memMB = d->memMB;
-  }
-  return commSuccess;
-}
-
-static double nvlinkBw(int sm) {
-  if (sm <= 0) return 20.0;
-  if (sm < 70) return 20.0;
-  if (sm < 80) return 25.0;
-  if (sm == 86) return 14.0;
-  if (sm < 100) return 25.0;
-  if (sm < 110) return 50.0;
-  return 20.0;
-}
-
-/* NVLinks of every GPU from NVML. GPU pairs are added once, from the GPU first in bus id order. */
-static commResult_t nvlinks(discState* st, const int* gpuNode) {
-  if (st->gpus.n == 0) return commSuccess;
-  if (!gLib.nvmlLoaded) {
-    INFO(COMM_TOPO, "topology: NVML (libnvidia-ml.so.1) not available: no NVLinks");
-    return commSuccess;
-  }
-  if (gLib.nvmlInitErr != NVML_OK) {
-    WARN("topology: nvmlInit failed (error %d): NVLinks unknown, GPUs treated as PCI-only", gLib.nvmlInitErr);
-    return commSuccess;
-  }
-  int nvsNode = -1, nLinks = 0;
-  for (int g = 0; g < st->gpus.n; g++) {
-    discDev* d = &st->gpus.a[g];
-    nvmlDevice_t h;
-    if (gLib.nvHandle(d->busId, &h) != NVML_OK) continue;
-    commTopoNode* nd = commTopoNodeAt(st->topo, gpuNode[g]);
-    /* What CUDA did not say (GPUs hidden by CUDA_VISIBLE_DEVICES). */
-    if (nd->u.gpu.sm == 0 && gLib.nvCc) {
-      int major, minor;
-      if (gLib.nvCc(h, &major, &minor) == NVML_OK) nd->u.gpu.sm = major * 10 + minor;
-    }
-    if (nd->u.gpu.memMB == 0 && gLib.nvMem) {
-      nvmlMemory_t m;
-      if (gLib.nvMem(h, &m) == NVML_OK) nd->u.gpu.memMB = (int)(m.total >> 20);
-    }
-    if (nd->u.gpu.dev < 0 && gLib.nvName) {
-      char name[96];
-      if (gLib.nvName(h, name, sizeof(name)) == NVML_OK) {
-        name[sizeof(name) - 1] = '\0';
-        copyStr(nd->name, sizeof(nd->name), name);
-      }
-    }
-    struct {
-      char busId[COMM_TOPO_BUSID_MAX];
-      int type, count;
-    } peers[NVML_MAX_LINKS];
-    int nPeers = 0;
-    for (unsigned l = 0; l < NVML_MAX_LINKS; l++) {
-      int active = 0, type = -1;
-      nvmlPciInfo_t pci;
-      char busId[COMM_TOPO_BUSID_MAX];
-      if (gLib.nvLinkState(h, l, &active) != NVML_OK || active != NVML_FEATURE_ENABLED) continue;
-      memset(&pci, 0, sizeof(pci));
-      if (gLib.nvLinkRemote(h, l, &pci) != NVML_OK) continue;
-      pci.busId[sizeof(pci.busId) - 1] = '\0';
-      if (busIdNormalize(pci.busId, busId) != 0) hwBusId(pci.domain, pci.bus, pci.device, 0, busId);
-      if (gLib.nvLinkRemoteType == NULL || gLib.nvLinkRemoteType(h, l, &type) != NVML_OK)
-        type = findDev(&st->gpus, busId) >= 0 ? NVML_NVLINK_DEVICE_GPU : NVML_NVLINK_DEVICE_SWITCH;
-      int p = 0;
-      while (p < nPeers && !(peers[p].type == type && strcmp(peers[p].busId, busId) == 0)) p++;
-      if (p == nPeers) {
-        copyStr(peers[p].busId, sizeof(peers[p].busId), busId);
-        peers[p].type = type;
-        peers[p].count = 0;
-        nPeers++;
-      }
-      peers[p].count++;
-      TRACE(COMM_TOPO, "topology: GPU %s NVLink %u -> %s (%s)", d->busId, l, busId,
-            type == NVML_NVLINK_DEVICE_GPU      ? "GPU"
-            : type == NVML_NVLINK_DEVICE_SWITCH ? "NVSwitch"
-                                                : "other");
-    }
-    int nvsCount = 0;
-    for (int p = 0; p < nPeers; p++) {
-      if (peers[p].type == NVML_NVLINK_DEVICE_SWITCH) {
-        nvsCount += peers[p].count;
-      } else if (peers[p].type == NVML_NVLINK_DEVICE_GPU) {
-        int q = findDev(&st->gpus, peers[p].busId);
-        if (q <= g) continue; /* unknown GPU, or added from the other end */
-        int sm = commTopoNodeAt(st->topo, gpuNode[q])->u.gpu.sm;
-        if (sm == 0 || (nd->u.gpu.sm > 0 && nd->u.gpu.sm < sm)) sm = nd->u.gpu.sm;
-        COMMCHECK(commTopoAddNvlink(st->topo, gpuNode[g], gpuNode[q], peers[p].count, peers[p].count * nvlinkBw(sm)));
-        nLinks += peers[p].count;
-      } else {
-        INFO(COMM_TOPO, "topology: GPU %s: %d NVLink(s) to a CPU or an unknown device (%s) left out", d->busId,
-             peers[p].count, peers[p].busId);
-      }
-    }
-    if (nvsCount > 0) {
-      if (nvsNode < 0) COMMCHECK(commTopoAddNode(st->topo, st->host, COMM_TOPO_NVS, -1, &nvsNode));
-      nd = commTopoNodeAt(st->topo, gpuNode[g]);
-      COMMCHECK(commTopoAddNvlink(st->topo, gpuNode[g], nvsNode, nvsCount, nvsCount * nvlinkBw(nd->u.gpu.sm)));
-      nLinks += nvsCount;
-    }
-  }
-  if (nLinks) INFO(COMM_TOPO, "topology: %d NVLink(s)%s", nLinks, nvsNode >= 0 ? ", NVSwitch present" : "");
   return commSuccess;
 }
 
@@ -877,7 +556,7 @@ static commResult_t rdmaInfo(discState* st, const discDev* d, commTopoNode* nd, 
   int nNets = 0;
   snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device/net", d->name);
   COMMCHECK(listDir(path, &nets, &nNets));
-  copyStr(nd->u.nic.netdev, sizeof(nd->u.nic.netdev), nNets > 0 ? nets[0] : d->netdev);
+  discCopyStr(nd->u.nic.netdev, sizeof(nd->u.nic.netdev), nNets > 0 ? nets[0] : d->netdev);
   freeNames(nets, nNets);
   snprintf(path, sizeof(path), "/sys/class/infiniband/%s/node_guid", d->name);
   unsigned g0, g1, g2, g3;
@@ -911,15 +590,15 @@ static commResult_t sweepRdma(discState* st) {
       known = st->nics.a[j].rdma && strcmp(st->nics.a[j].name, names[i]) == 0;
     if (known || strlen(names[i]) >= COMM_TOPO_NAME_MAX) continue;
     discDev* d;
-    COMMCHECKGOTO(devPush(&st->nics, &d), res, exit);
+    COMMCHECKGOTO(discDevPush(&st->nics, &d), res, exit);
     d->parent = st->cpuNode[0];
     d->rdma = 1;
-    copyStr(d->name, sizeof(d->name), names[i]);
+    discCopyStr(d->name, sizeof(d->name), names[i]);
     char path[256], real[4096];
     snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device", names[i]);
     if (realpath(path, real)) {
       const char* base = strrchr(real, '/');
-      if (base && busIdNormalize(base + 1, d->busId) == 0 && strstr(real, "/pci") != NULL)
+      if (base && discBusIdNormalize(base + 1, d->busId) == 0 && strstr(real, "/pci") != NULL)
         pciLink(st, d->busId, 0, &d->bw, &d->gen, &d->width);
       else
         d->busId[0] = '\0';
@@ -966,9 +645,9 @@ static commResult_t sweepNetdevs(discState* st) {
     snprintf(path, sizeof(path), "/sys/class/net/%s/operstate", nm);
     if (readText(path, buf, sizeof(buf)) <= 0 || (strcmp(buf, "up") != 0 && strcmp(buf, "unknown") != 0)) continue;
     discDev* d;
-    COMMCHECKGOTO(devPush(&st->nics, &d), res, exit);
+    COMMCHECKGOTO(discDevPush(&st->nics, &d), res, exit);
     d->parent = st->cpuNode[0];
-    copyStr(d->name, sizeof(d->name), nm);
+    discCopyStr(d->name, sizeof(d->name), nm);
   }
 exit:
   freeNames(names, n);
@@ -993,8 +672,8 @@ static commResult_t addNics(discState* st) {
     int node;
     COMMCHECK(commTopoAddNode(st->topo, st->host, COMM_TOPO_NIC, d->parent, &node));
     commTopoNode* nd = commTopoNodeAt(st->topo, node);
-    copyStr(nd->name, sizeof(nd->name), d->name);
-    copyStr(nd->busId, sizeof(nd->busId), d->busId);
+    discCopyStr(nd->name, sizeof(nd->name), d->name);
+    discCopyStr(nd->busId, sizeof(nd->busId), d->busId);
     COMMCHECK(rdmaInfo(st, d, nd, gdr));
     nd->bw = d->busId[0] ? d->bw : nd->u.nic.speedMbps / 8000.0;
   }
@@ -1007,9 +686,9 @@ static commResult_t addNics(discState* st) {
     int node;
     COMMCHECK(commTopoAddNode(st->topo, st->host, COMM_TOPO_NIC, d->parent, &node));
     commTopoNode* nd = commTopoNodeAt(st->topo, node);
-    copyStr(nd->name, sizeof(nd->name), d->name);
-    copyStr(nd->busId, sizeof(nd->busId), d->busId);
-    copyStr(nd->u.nic.netdev, sizeof(nd->u.nic.netdev), d->name);
+    discCopyStr(nd->name, sizeof(nd->name), d->name);
+    discCopyStr(nd->busId, sizeof(nd->busId), d->busId);
+    discCopyStr(nd->u.nic.netdev, sizeof(nd->u.nic.netdev), d->name);
     nd->u.nic.link = COMM_NIC_ETH;
     nd->u.nic.speedMbps = netdevMbps(st, d->name);
     nd->bw = d->busId[0] ? d->bw : nd->u.nic.speedMbps / 8000.0;
@@ -1050,8 +729,7 @@ commResult_t commTopoDiscover(commTopo** out) {
   memset(&st, 0, sizeof(st));
   commResult_t res = commSuccess;
   int* gpuNode = NULL;
-  pthread_once(&gLibOnce, loadLibs);
-  loadCuda();
+  discLoadGpuLibs();
 
   char hostname[COMM_TOPO_NAME_MAX] = "";
   if (gethostname(hostname, sizeof(hostname)) != 0) hostname[0] = '\0';
@@ -1071,14 +749,14 @@ commResult_t commTopoDiscover(commTopo** out) {
   }
 
   int hwlocGpus = st.gpus.n;
-  COMMCHECKGOTO(cudaGpus(&st, hwlocGpus), res, fail);
+  COMMCHECKGOTO(discCudaGpus(&st, hwlocGpus), res, fail);
   if (st.nCudaOnly)
     WARN("topology: %d CUDA GPU(s) not on hwloc's PCI tree (no PCI information?): placed below CPU 0 at %.1f GB/s",
          st.nCudaOnly, DEFAULT_CUDA_GPU_BW);
   COMMCHECKGOTO(commCalloc(&gpuNode, (size_t)st.gpus.n + 1, sizeof(int)), res, fail);
-  COMMCHECKGOTO(addGpus(&st, gpuNode), res, fail);
+  COMMCHECKGOTO(discAddGpus(&st, gpuNode), res, fail);
   COMMCHECKGOTO(addNics(&st), res, fail);
-  COMMCHECKGOTO(nvlinks(&st, gpuNode), res, fail);
+  COMMCHECKGOTO(discNvlinks(&st, gpuNode), res, fail);
 
   if (st.nPciDefault)
     WARN("topology: PCI link speed unknown for %d device(s); assuming %.1f GB/s (PCIe gen3 x16)", st.nPciDefault,
