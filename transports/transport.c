@@ -24,8 +24,20 @@
 #define DRAIN_MAX_MS 5000 /* at close, at most this long for queued network sends to leave */ /* transport id at the start of info and ack */
 
 enum { PHASE_INFO = 1, PHASE_ACK = 2 };
+static int connPhaseBase(const commConn* conn) { return conn->onDevice ? 4 : 0; }
 
-static const commTransport* const transports[COMM_NUM_TRANSPORTS] = {&commTransportShm, &commTransportNet};
+#ifdef COMM_HAVE_CUDA
+static const commTransport* const transports[COMM_NUM_TRANSPORTS] = {&commTransportShm, &commTransportNet,
+                                                                     &commTransportP2p};
+#else
+static const commTransport* const transports[COMM_NUM_TRANSPORTS] = {&commTransportShm, &commTransportNet, NULL};
+#endif
+
+static int transportId(const commTransport* t) {
+  for (int i = 0; i < COMM_NUM_TRANSPORTS; i++)
+    if (transports[i] == t) return i;
+  return -1;
+}
 
 static void putId(char* msg, int32_t id) { memcpy(msg, &id, sizeof(id)); }
 static int32_t getId(const char* msg) {
@@ -34,11 +46,14 @@ static int32_t getId(const char* msg) {
   return id;
 }
 
-static int connTag(int channel, int phase) { return COMM_TRANSPORT_TAG_BASE + channel * 4 + phase; }
+/* Phases 1 and 2 of host connections, 5 and 6 of device ones: distinct tags for every message between two
+ * ranks on one channel. */
+#define DEVICE_PHASES 4
+static int connTag(int channel, int phase) { return COMM_TRANSPORT_TAG_BASE + channel * 8 + phase; }
 
 static commConn** connSlot(struct commComm* comm, const commConnRequest* r) {
   commChannel* ch = &comm->channels[r->channel];
-  commConn** arr = r->isSend ? ch->send : ch->recv;
+  commConn** arr = r->onDevice ? (r->isSend ? ch->devSend : ch->devRecv) : (r->isSend ? ch->send : ch->recv);
   return arr ? &arr[r->peer] : NULL;
 }
 
@@ -60,7 +75,7 @@ typedef struct {
 static commResult_t exchangeSend(struct commComm* comm, int peer, int channel, int phase, const char* msg,
                                  selfMsg* self) {
   if (peer == comm->rank) {
-    for (int i = 0; i < COMM_MAX_CHANNELS * 2; i++) {
+    for (int i = 0; i < COMM_MAX_CHANNELS * 4; i++) {
       if (!self[i].used) {
         self[i].used = phase;
         self[i].channel = channel;
@@ -77,7 +92,7 @@ static commResult_t exchangeSend(struct commComm* comm, int peer, int channel, i
 static commResult_t exchangeRecv(struct commComm* comm, int peer, int channel, int phase, char* msg,
                                  selfMsg* self) {
   if (peer == comm->rank) {
-    for (int i = 0; i < COMM_MAX_CHANNELS * 2; i++) {
+    for (int i = 0; i < COMM_MAX_CHANNELS * 4; i++) {
       if (self[i].used == phase && self[i].channel == channel) {
         memcpy(msg, self[i].msg, COMM_CONN_INFO_BYTES);
         self[i].used = 0;
@@ -97,12 +112,17 @@ static void logConn(struct commComm* comm, const commConn* conn, int id) {
   int to = conn->isSend ? conn->peer : comm->rank;
   commTopoTransportChoice choice;
   const char* why = "";
+  if (id == COMM_TRANSPORT_P2P) {
+    INFO(COMM_INIT | COMM_P2P, "Channel %02d : rank %d -> rank %d via P2P (device buffers, GPU %d -> GPU %d)",
+         conn->channel, from, to, comm->peers[from].cudaDev, comm->peers[to].cudaDev);
+    return;
+  }
   if (comm->topoRanks &&
       commTopoChooseTransport(comm->topo, comm->topoRanks, comm->nRanks, from, to, &choice) == commSuccess) {
     why = choice.why;
     if (choice.transport == COMM_TOPO_USE_P2P)
-      WARN("Channel %02d : rank %d -> rank %d: %s, but the P2P transport is not built; using %s", conn->channel,
-           from, to, choice.why, id == COMM_TRANSPORT_SHM ? "SHM" : "NET");
+      INFO(COMM_INIT | COMM_SHM, "Channel %02d : rank %d -> rank %d: %s; host buffers go through %s (device "
+           "buffers: P2P)", conn->channel, from, to, choice.why, id == COMM_TRANSPORT_SHM ? "SHM" : "NET");
     else if (choice.fallback)
       WARN("Channel %02d : rank %d -> rank %d: %s", conn->channel, from, to, choice.why);
     else if (id == COMM_TRANSPORT_NET && choice.transport == COMM_TOPO_USE_SHM)
@@ -148,9 +168,10 @@ static commResult_t connectPrepare(connectState* st) {
     st->made[i]->peer = r->peer;
     st->made[i]->channel = r->channel;
     st->made[i]->isSend = r->isSend ? 1 : 0;
+    st->made[i]->onDevice = r->onDevice ? 1 : 0;
     if (r->peer == comm->rank) needSelf = 1;
   }
-  if (needSelf) COMMCHECK(commCalloc(&st->self, COMM_MAX_CHANNELS * 2, sizeof(selfMsg)));
+  if (needSelf) COMMCHECK(commCalloc(&st->self, COMM_MAX_CHANNELS * 4, sizeof(selfMsg)));
   return commSuccess;
 }
 
@@ -161,15 +182,27 @@ static commResult_t connectPhase1(connectState* st) {
   for (int i = 0; i < st->nReqs; i++) {
     commConn* conn = st->made[i];
     if (!conn || conn->isSend) continue;
-    int id = (comm->peers[conn->peer].hostHash == comm->peers[comm->rank].hostHash && !comm->shmDisable)
-                 ? COMM_TRANSPORT_SHM
-                 : COMM_TRANSPORT_NET;
+    int sameHost = comm->peers[conn->peer].hostHash == comm->peers[comm->rank].hostHash;
+    int id = (sameHost && !comm->shmDisable) ? COMM_TRANSPORT_SHM : COMM_TRANSPORT_NET;
+    if (conn->onDevice) {
+      if (!sameHost) {
+        WARN("Channel %02d : rank %d -> rank %d: device buffers across hosts need the host-staging proxy, "
+             "which this build does not have yet; use host buffers between hosts", conn->channel, conn->peer,
+             comm->rank);
+        return commInvalidUsage;
+      }
+      id = COMM_TRANSPORT_P2P;
+    }
+    if (transports[id] == NULL) {
+      WARN("transport: the %s transport is not in this build", id == COMM_TRANSPORT_P2P ? "P2P" : "requested");
+      return commInvalidUsage;
+    }
     conn->transport = transports[id];
     logConn(comm, conn, id);
     memset(msg, 0, sizeof(msg));
     putId(msg, id);
     COMMCHECK(conn->transport->recvSetup(comm, conn, msg + CONN_HDR_BYTES));
-    COMMCHECK(exchangeSend(comm, conn->peer, conn->channel, PHASE_INFO, msg, st->self));
+    COMMCHECK(exchangeSend(comm, conn->peer, conn->channel, PHASE_INFO + connPhaseBase(conn), msg, st->self));
   }
   return commSuccess;
 }
@@ -181,9 +214,9 @@ static commResult_t connectPhase2(connectState* st) {
   for (int i = 0; i < st->nReqs; i++) {
     commConn* conn = st->made[i];
     if (!conn || !conn->isSend) continue;
-    COMMCHECK(exchangeRecv(comm, conn->peer, conn->channel, PHASE_INFO, msg, st->self));
+    COMMCHECK(exchangeRecv(comm, conn->peer, conn->channel, PHASE_INFO + connPhaseBase(conn), msg, st->self));
     int32_t id = getId(msg);
-    if (id < 0 || id >= COMM_NUM_TRANSPORTS) {
+    if (id < 0 || id >= COMM_NUM_TRANSPORTS || transports[id] == NULL) {
       WARN("transport: channel %d: rank %d sent an unknown transport id %d", conn->channel, conn->peer, (int)id);
       return commInternalError;
     }
@@ -193,7 +226,7 @@ static commResult_t connectPhase2(connectState* st) {
     memset(ack, 0, sizeof(ack));
     putId(ack, id);
     COMMCHECK(conn->transport->sendConnect(comm, conn, msg + CONN_HDR_BYTES, ack + CONN_HDR_BYTES));
-    COMMCHECK(exchangeSend(comm, conn->peer, conn->channel, PHASE_ACK, ack, st->self));
+    COMMCHECK(exchangeSend(comm, conn->peer, conn->channel, PHASE_ACK + connPhaseBase(conn), ack, st->self));
   }
   return commSuccess;
 }
@@ -205,8 +238,8 @@ static commResult_t connectPhase3(connectState* st) {
   for (int i = 0; i < st->nReqs; i++) {
     commConn* conn = st->made[i];
     if (!conn || conn->isSend) continue;
-    COMMCHECK(exchangeRecv(comm, conn->peer, conn->channel, PHASE_ACK, msg, st->self));
-    if (getId(msg) != (int32_t)(conn->transport == &commTransportShm ? COMM_TRANSPORT_SHM : COMM_TRANSPORT_NET)) {
+    COMMCHECK(exchangeRecv(comm, conn->peer, conn->channel, PHASE_ACK + connPhaseBase(conn), msg, st->self));
+    if (getId(msg) != (int32_t)transportId(conn->transport)) {
       WARN("transport: channel %d: rank %d acknowledged with another transport", conn->channel, conn->peer);
       return commInternalError;
     }
@@ -298,6 +331,8 @@ commResult_t commTransportCloseAll(struct commComm* comm) {
     for (int p = 0; p < comm->nRanks; p++) {
       if (ch->send) connDestroy(comm, &ch->send[p]);
       if (ch->recv) connDestroy(comm, &ch->recv[p]);
+      if (ch->devSend) connDestroy(comm, &ch->devSend[p]);
+      if (ch->devRecv) connDestroy(comm, &ch->devRecv[p]);
     }
   }
   commNetReleaseConnList(comm);

@@ -5,6 +5,7 @@
 
 #include "core.h"
 #include "enqueue.h"
+#include "exec_dev.h"
 #include "reduce.h"
 
 typedef struct {
@@ -41,29 +42,55 @@ static int rangesOverlap(const void* a, size_t an, const void* b, size_t bn) {
   return an > 0 && bn > 0 && x < y + bn && y < x + an;
 }
 
-static commResult_t checkPtr(const apiDesc* d, const void* p, const char* name, size_t bytes) {
+/* A buffer the call uses: not NULL; *ordinal gets its CUDA device, or -1 for host memory. */
+static commResult_t checkPtr(const apiDesc* d, const void* p, const char* name, size_t bytes, int* ordinal) {
+  *ordinal = -1;
   if (bytes == 0) return commSuccess;
   if (p == NULL) {
     WARN("%s: %s is NULL", d->api, name);
     return commInvalidArgument;
   }
-  if (commIsDevicePointer(p)) {
-    WARN("%s: %s %p is device memory; this build's executor serves host buffers only (device buffers "
-         "arrive with the CUDA executor)", d->api, name, p);
+  *ordinal = commDevicePointerOrdinal(p);
+  return commSuccess;
+}
+
+/* Host or device: both buffers alike, device ones on the communicator's GPU, and a CUDA executor built. */
+static commResult_t checkMemory(const apiDesc* d, comm_t comm, const void* sendbuff, int sendDev, const void* recvbuff,
+                                int recvDev, int sendUsed, int recvUsed, int* onDevice) {
+  *onDevice = 0;
+  if (sendUsed && recvUsed && (sendDev >= 0) != (recvDev >= 0)) {
+    WARN("%s: sendbuff %p is %s memory but recvbuff %p is %s memory; both must be host or both device", d->api,
+         sendbuff, sendDev >= 0 ? "device" : "host", (void*)recvbuff, recvDev >= 0 ? "device" : "host");
+    return commInvalidArgument;
+  }
+  int dev = sendUsed && sendDev >= 0 ? sendDev : recvUsed && recvDev >= 0 ? recvDev : -1;
+  if (dev < 0) return commSuccess;
+  if (!commDevAvailable()) {
+    WARN("%s: the buffers are device memory, but this libcomm was built without the CUDA executor (no CUDA "
+         "toolkit at build time, or a sanitizer build)", d->api);
     return commInvalidUsage;
   }
+  if (comm->cudaDev < 0) {
+    WARN("%s: the buffers are on GPU %d, but the communicator has no GPU: make the GPU current "
+         "(cudaSetDevice) before commInitRank", d->api, dev);
+    return commInvalidUsage;
+  }
+  if (dev != comm->cudaDev) {
+    WARN("%s: the buffers are on GPU %d, but the communicator's GPU is %d", d->api, dev, comm->cudaDev);
+    return commInvalidArgument;
+  }
+  *onDevice = 1;
   return commSuccess;
 }
 
 static commResult_t enqueueChecked(const apiDesc* d, const void* sendbuff, void* recvbuff, size_t count,
-                                   commDataType_t dtype, commRedOp_t op, int root, comm_t comm) {
+                                   commDataType_t dtype, commRedOp_t op, int root, comm_t comm, commStream_t stream) {
   commResult_t res = commSuccess;
   COMMCHECKGOTO(checkType(d, dtype), res, out);
   size_t elt = commTypeSize(dtype);
   int n = comm->nRanks, rank = comm->rank;
   commTask task;
   memset(&task, 0, sizeof(task));
-  if (d->hasOp) COMMCHECKGOTO(commRedOpResolve(comm, op, dtype, &task.redop), res, out);
   if ((d->hasRoot || d->isP2p) && (root < 0 || root >= n)) {
     WARN("%s: %s %d is out of range [0, %d)", d->api, d->isP2p ? "peer" : "root", root, n);
     res = commInvalidArgument;
@@ -100,8 +127,12 @@ static commResult_t enqueueChecked(const apiDesc* d, const void* sendbuff, void*
       break;
     default: res = commInternalError; goto out;
   }
-  COMMCHECKGOTO(checkPtr(d, sendbuff, "sendbuff", sendBytes), res, out);
-  COMMCHECKGOTO(checkPtr(d, recvbuff, "recvbuff", recvBytes), res, out);
+  int sendDev, recvDev, onDevice;
+  COMMCHECKGOTO(checkPtr(d, sendbuff, "sendbuff", sendBytes, &sendDev), res, out);
+  COMMCHECKGOTO(checkPtr(d, recvbuff, "recvbuff", recvBytes, &recvDev), res, out);
+  COMMCHECKGOTO(checkMemory(d, comm, sendbuff, sendDev, recvbuff, recvDev, sendBytes > 0, recvBytes > 0, &onDevice),
+                res, out);
+  if (d->hasOp) COMMCHECKGOTO(commRedOpResolve(comm, op, dtype, onDevice, &task.redop, &task.devScalar), res, out);
   /* In-place is allowed only in the exact layout each collective defines. */
   if (!d->isP2p && rangesOverlap(sendbuff, sendBytes, recvbuff, recvBytes)) {
     const char* expect = NULL;
@@ -139,15 +170,17 @@ static commResult_t enqueueChecked(const apiDesc* d, const void* sendbuff, void*
   task.dtype = dtype;
   task.op = op;
   task.root = root;
+  task.onDevice = onDevice;
+  task.stream = stream;
   res = commEnqueue(&task);
 out:
   return res;
 }
 
 static commResult_t apiCall(const apiDesc* d, const void* sendbuff, void* recvbuff, size_t count,
-                            commDataType_t dtype, commRedOp_t op, int root, comm_t comm) {
+                            commDataType_t dtype, commRedOp_t op, int root, comm_t comm, commStream_t stream) {
   COMMCHECK(commApiEnter(comm, d->api));
-  commResult_t res = enqueueChecked(d, sendbuff, recvbuff, count, dtype, op, root, comm);
+  commResult_t res = enqueueChecked(d, sendbuff, recvbuff, count, dtype, op, root, comm, stream);
   commApiLeave(comm);
   return res;
 }
@@ -155,48 +188,48 @@ static commResult_t apiCall(const apiDesc* d, const void* sendbuff, void* recvbu
 COMM_API commResult_t commAllReduce(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype,
                                     commRedOp_t op, comm_t comm, commStream_t stream) {
   static const apiDesc d = {"commAllReduce", commFuncAllReduce, 0, 0, 1, 0};
-  return apiCall(&d, sendbuff, recvbuff, count, datatype, op, 0, comm);
+  return apiCall(&d, sendbuff, recvbuff, count, datatype, op, 0, comm, stream);
 }
 
 COMM_API commResult_t commBroadcast(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype,
                                     int root, comm_t comm, commStream_t stream) {
   static const apiDesc d = {"commBroadcast", commFuncBroadcast, 0, 0, 0, 1};
-  return apiCall(&d, sendbuff, recvbuff, count, datatype, commSum, root, comm);
+  return apiCall(&d, sendbuff, recvbuff, count, datatype, commSum, root, comm, stream);
 }
 
 COMM_API commResult_t commReduce(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype,
                                  commRedOp_t op, int root, comm_t comm, commStream_t stream) {
   static const apiDesc d = {"commReduce", commFuncReduce, 0, 0, 1, 1};
-  return apiCall(&d, sendbuff, recvbuff, count, datatype, op, root, comm);
+  return apiCall(&d, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
 }
 
 COMM_API commResult_t commAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                     commDataType_t datatype, comm_t comm, commStream_t stream) {
   static const apiDesc d = {"commAllGather", commFuncAllGather, 0, 0, 0, 0};
-  return apiCall(&d, sendbuff, recvbuff, sendcount, datatype, commSum, 0, comm);
+  return apiCall(&d, sendbuff, recvbuff, sendcount, datatype, commSum, 0, comm, stream);
 }
 
 COMM_API commResult_t commReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                         commDataType_t datatype, commRedOp_t op, comm_t comm,
                                         commStream_t stream) {
   static const apiDesc d = {"commReduceScatter", commFuncReduceScatter, 0, 0, 1, 0};
-  return apiCall(&d, sendbuff, recvbuff, recvcount, datatype, op, 0, comm);
+  return apiCall(&d, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream);
 }
 
 COMM_API commResult_t commAllToAll(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype,
                                    comm_t comm, commStream_t stream) {
   static const apiDesc d = {"commAllToAll", commFuncAllToAll, 0, 0, 0, 0};
-  return apiCall(&d, sendbuff, recvbuff, count, datatype, commSum, 0, comm);
+  return apiCall(&d, sendbuff, recvbuff, count, datatype, commSum, 0, comm, stream);
 }
 
 COMM_API commResult_t commSend(const void* sendbuff, size_t count, commDataType_t datatype, int peer, comm_t comm,
                                commStream_t stream) {
   static const apiDesc d = {"commSend", commFuncSendRecv, 1, 1, 0, 0};
-  return apiCall(&d, sendbuff, NULL, count, datatype, commSum, peer, comm);
+  return apiCall(&d, sendbuff, NULL, count, datatype, commSum, peer, comm, stream);
 }
 
 COMM_API commResult_t commRecv(void* recvbuff, size_t count, commDataType_t datatype, int peer, comm_t comm,
                                commStream_t stream) {
   static const apiDesc d = {"commRecv", commFuncSendRecv, 1, 0, 0, 0};
-  return apiCall(&d, NULL, recvbuff, count, datatype, commSum, peer, comm);
+  return apiCall(&d, NULL, recvbuff, count, datatype, commSum, peer, comm, stream);
 }

@@ -8,6 +8,7 @@
 
 #include "bootstrap.h"
 #include "core.h"
+#include "exec_dev.h"
 #include "tune.h"
 #include "enqueue.h"
 #include "param.h"
@@ -241,6 +242,8 @@ commResult_t commChannelEnsure(struct commComm* comm, int c) {
   COMMCHECK(commCalloc(&ch->ringRanks, (size_t)comm->nRanks, sizeof(int)));
   COMMCHECK(commCalloc(&ch->recv, (size_t)comm->nRanks, sizeof(commConn*)));
   COMMCHECK(commCalloc(&ch->send, (size_t)comm->nRanks, sizeof(commConn*)));
+  COMMCHECK(commCalloc(&ch->devRecv, (size_t)comm->nRanks, sizeof(commConn*)));
+  COMMCHECK(commCalloc(&ch->devSend, (size_t)comm->nRanks, sizeof(commConn*)));
   COMMCHECK(commPlacementRing(comm, c, ch->ringRanks));
   for (int i = 0; i < comm->nRanks; i++) {
     if (ch->ringRanks[i] == comm->rank) {
@@ -256,8 +259,8 @@ static commResult_t connectRings(struct commComm* comm) {
   commConnRequest reqs[2 * COMM_MAX_CHANNELS];
   int n = 0;
   for (int c = 0; c < comm->nChannels; c++) {
-    reqs[n++] = (commConnRequest){c, comm->channels[c].ringPrev, 0};
-    reqs[n++] = (commConnRequest){c, comm->channels[c].ringNext, 1};
+    reqs[n++] = (commConnRequest){c, comm->channels[c].ringPrev, 0, 0};
+    reqs[n++] = (commConnRequest){c, comm->channels[c].ringNext, 1, 0};
   }
   return commTransportConnect(comm, reqs, n);
 }
@@ -325,6 +328,7 @@ static int idIsZero(const commUniqueId* id) {
 }
 
 static void freeComm(struct commComm* comm) {
+  commDevFree(comm); /* waits for this comm's kernels (ended by now, aborted, or timing out) */
   commTransportCloseAll(comm);
   if (comm->net) commNetFinalize(comm);
   commTunerFree(comm);
@@ -336,6 +340,8 @@ static void freeComm(struct commComm* comm) {
     free(comm->channels[c].ringRanks);
     free(comm->channels[c].send);
     free(comm->channels[c].recv);
+    free(comm->channels[c].devSend);
+    free(comm->channels[c].devRecv);
   }
   free(comm->netConns);
   free(comm->peers);
@@ -696,8 +702,11 @@ COMM_API commResult_t commFinalize(comm_t comm) {
     WARN("commFinalize: communicator already finalized");
     return noteFailure(comm, commInvalidUsage);
   }
-  commResult_t res = commSuccess;
-  if (comm->initState == COMM_INIT_DONE && comm->asyncError == commSuccess && comm->bootstrap != NULL) {
+  /* Operations on device buffers finish first (a kernel ends on abort or timeout too). */
+  commResult_t res = commDevSync(comm);
+  if (res != commSuccess) WARN("commFinalize: rank %d: operations on device buffers failed", comm->rank);
+  if (res == commSuccess && comm->initState == COMM_INIT_DONE && comm->asyncError == commSuccess &&
+      comm->bootstrap != NULL) {
     /* Every rank is past its last operation before connections close. */
     res = bootstrapBarrier(comm->bootstrap);
     if (res != commSuccess) WARN("commFinalize: rank %d: barrier with the other ranks failed", comm->rank);
@@ -712,7 +721,10 @@ static commResult_t destroyComm(comm_t comm, const char* api, int abort) {
     WARN("%s: comm %p is not a live communicator (destroyed twice?)", api, (void*)comm);
     return commInvalidArgument;
   }
-  if (abort) __atomic_store_n(&comm->abortFlag, 1, __ATOMIC_RELEASE);
+  if (abort) {
+    __atomic_store_n(&comm->abortFlag, 1, __ATOMIC_RELEASE);
+    commDevAbort(comm); /* kernels of this comm see it and end */
+  }
   /* Wait for calls still inside the communicator (they see the abort flag and leave). */
   commBackoff b = {0};
   while (__atomic_load_n(&comm->inFlight, __ATOMIC_ACQUIRE) > 0) commBackoffWait(&b);
@@ -743,6 +755,7 @@ COMM_API commResult_t commGetAsyncError(comm_t comm, commResult_t* asyncError) {
     return noteFailure(comm, commInvalidArgument);
   }
   int state = __atomic_load_n(&comm->initState, __ATOMIC_ACQUIRE);
+  if (state == COMM_INIT_DONE) commDevPollError(comm); /* failures kernels reported */
   if (state == COMM_INIT_RUNNING) *asyncError = commInProgress;
   else *asyncError = (commResult_t)__atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
   return commSuccess;

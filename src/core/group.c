@@ -7,6 +7,7 @@
 
 #include "enqueue.h"
 #include "exec.h"
+#include "exec_dev.h"
 #include "utils.h"
 
 static __thread int groupDepth;
@@ -139,6 +140,7 @@ static commResult_t runTasks(commTask* tasks) {
   commTask* listsStack[RUN_STACK_TASKS];
   commTask* tailsStack[RUN_STACK_TASKS];
   commPlan** plansStack[RUN_STACK_TASKS];
+  commPlan* allStack[RUN_STACK_TASKS];
   int nPlansStack[RUN_STACK_TASKS];
   struct commComm** comms = commsStack;
   commTask** lists = listsStack;
@@ -210,16 +212,26 @@ static commResult_t runTasks(commTask* tasks) {
     for (int c = 0; c < nComms; c++) commSetAsyncError(comms[c], res);
     goto out;
   }
-  if (nComms == 1) {
-    res = commExecHostRun(plans[0], nPlans[0]); /* one communicator: its own plan array */
-  } else {
-    for (int c = 0; c < nComms; c++) nAll += nPlans[c];
-    COMMCHECKGOTO(commCalloc(&all, (size_t)(nAll ? nAll : 1), sizeof(*all)), res, out);
-    nAll = 0;
-    for (int c = 0; c < nComms; c++)
-      for (int p = 0; p < nPlans[c]; p++) all[nAll++] = plans[c][p];
-    res = commExecHostRun(all, nAll);
+  /* Device plans are enqueued on the callers' streams by the CUDA executor (the host does not wait for
+   * them); host plans of every communicator then run here to completion. */
+  for (int c = 0; c < nComms; c++) nAll += nPlans[c];
+  if (nAll <= RUN_STACK_TASKS) all = allStack;
+  else COMMCHECKGOTO(commCalloc(&all, (size_t)nAll, sizeof(*all)), res, out);
+  nAll = 0;
+  for (int c = 0; c < nComms && res == commSuccess; c++) {
+    int nDev = 0;
+    for (int p = 0; p < nPlans[c]; p++)
+      if (plans[c][p]->onDevice) all[nAll + nDev++] = plans[c][p];
+    if (nDev == 0) continue;
+    commLogSetRank(comms[c]->rank);
+    res = commDevRunPlans(comms[c], all + nAll, nDev);
+    if (res != commSuccess) commSetAsyncError(comms[c], res);
   }
+  if (res != commSuccess) goto out;
+  for (int c = 0; c < nComms; c++)
+    for (int p = 0; p < nPlans[c]; p++)
+      if (!plans[c][p]->onDevice) all[nAll++] = plans[c][p];
+  if (nAll > 0) res = commExecHostRun(all, nAll);
 out:
   if (plans) {
     for (int c = 0; c < nComms; c++) {
@@ -228,7 +240,7 @@ out:
       free(plans[c]);
     }
   }
-  free(all);
+  if (all != allStack) free(all);
   if (onHeap) {
     free(nPlans);
     free(plans);

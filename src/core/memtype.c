@@ -9,6 +9,7 @@
 
 /* Values from the CUDA driver API (cuda.h), which this file does not include. */
 #define COMM_CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
+#define COMM_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
 #define COMM_CU_MEMORYTYPE_DEVICE 2
 typedef int (*cuInitFn)(unsigned int);
 /* cuPointerGetAttributes (plural), unlike the singular call, succeeds on pointers CUDA does not know
@@ -30,16 +31,19 @@ static void loadDriver(void) {
   pointerGetAttributes = get;
 }
 
-int commIsDevicePointer(const void* ptr) {
-  if (ptr == NULL) return 0;
+int commDevicePointerOrdinal(const void* ptr) {
+  if (ptr == NULL) return -1;
   pthread_once(&driverOnce, loadDriver);
-  if (pointerGetAttributes == NULL) return 0;
+  if (pointerGetAttributes == NULL) return -1;
   unsigned int memType = 0;
-  int attr = COMM_CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
-  void* data = &memType;
-  if (pointerGetAttributes(1, &attr, &data, (uintptr_t)ptr) != 0) return 0;
-  return memType == COMM_CU_MEMORYTYPE_DEVICE;
+  int ordinal = -1;
+  int attrs[2] = {COMM_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, COMM_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+  void* data[2] = {&memType, &ordinal};
+  if (pointerGetAttributes(2, attrs, data, (uintptr_t)ptr) != 0) return -1;
+  return memType == COMM_CU_MEMORYTYPE_DEVICE ? ordinal : -1;
 }
+
+int commIsDevicePointer(const void* ptr) { return commDevicePointerOrdinal(ptr) >= 0; }
 
 /* The device of the calling thread's current CUDA context, -1 when there is none. Only asked when the
  * process has loaded the CUDA driver already (a program that uses GPUs has): a host-only program never

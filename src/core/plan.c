@@ -6,11 +6,33 @@
 
 #include "enqueue.h"
 #include "exec.h"
+#include "exec_dev.h"
+#include "param.h"
 #include "tune.h"
 #include "utils.h"
 
 static int isReductionFunc(commFunc_t f) {
   return f == commFuncAllReduce || f == commFuncReduce || f == commFuncReduceScatter;
+}
+
+/* Device plans: channels per collective. Every rank must pick the same count, so it follows from what all
+ * ranks know: the most ranks sharing one GPU. One block runs each channel and the blocks of all ranks on
+ * a GPU must be resident at once (they wait on each other), so they share a budget of blocks per GPU. */
+#define DEV_BLOCKS_PER_GPU 64
+#define DEV_BYTES_PER_CHANNEL (512 << 10) /* fewer channels for smaller messages: latency, not bandwidth */
+static int devMaxChannels(commComm* comm) {
+  if (comm->devMaxChannels > 0) return comm->devMaxChannels;
+  int most = 1;
+  for (int i = 0; i < comm->nRanks; i++) {
+    int same = 0;
+    for (int j = 0; j < comm->nRanks; j++)
+      same += comm->peers[j].hostHash == comm->peers[i].hostHash && comm->peers[j].cudaDev == comm->peers[i].cudaDev;
+    if (same > most) most = same;
+  }
+  int cap = (int)commParamInt("COMM_DEV_NCHANNELS", 16, 1, COMM_MAX_CHANNELS);
+  int fit = DEV_BLOCKS_PER_GPU / most;
+  comm->devMaxChannels = fit < 1 ? 1 : fit < cap ? fit : cap;
+  return comm->devMaxChannels;
 }
 
 static commResult_t newPlan(commComm* comm, commFunc_t func, int nBufs, commPlan** out) {
@@ -39,9 +61,22 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
   plan->root = t->root;
   plan->bufs[COMM_BUF_INPUT] = (void*)t->sendbuff;
   plan->bufs[COMM_BUF_OUTPUT] = t->recvbuff;
+  plan->onDevice = t->onDevice;
+  plan->stream = t->stream;
+  plan->devScalar = t->devScalar;
 
   commTuneChoice choice;
   COMMCHECKGOTO(commTuneChoose(comm, t->func, t->count, plan->eltSize, &choice), res, fail);
+  if (plan->onDevice) {
+    /* The tuner prices host executors; on device, channels follow the size and the FIFO bounds a step. */
+    size_t bytes = t->count * plan->eltSize * (t->func == commFuncAllGather || t->func == commFuncReduceScatter ||
+                                                        t->func == commFuncAllToAll ? (size_t)comm->nRanks : 1);
+    size_t want = bytes / DEV_BYTES_PER_CHANNEL;
+    int maxCh = devMaxChannels(comm);
+    choice.nChannels = want < 1 ? 1 : want > (size_t)maxCh ? maxCh : (int)want;
+    choice.proto = commProtoSimple;
+    choice.chunkBytes = (size_t)comm->nSlots * comm->slotBytes;
+  }
   commCollArgs args;
   memset(&args, 0, sizeof(args));
   args.func = t->func;
@@ -79,11 +114,12 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
   }
   INFO(COMM_COLL | COMM_TUNE,
        "%s: opCount %llu sendbuff %p recvbuff %p count %zu datatype %s op %s root %d comm %p [nranks=%d] - "
-       "algo %s proto %s channels %d chunk %zu B predicted %.1f us",
+       "algo %s proto %s channels %d chunk %zu B predicted %.1f us%s",
        commFuncName(t->func), (unsigned long long)plan->opCount, t->sendbuff, t->recvbuff, t->count,
        commTypeName(t->dtype), isReductionFunc(t->func) ? commOpName(t->op) : "none", t->root, (void*)comm,
        comm->nRanks, commAlgoName(choice.algo), commProtoName(choice.proto), plan->sched.nChannels,
-       args.chunkElems * plan->eltSize, choice.predictedUs);
+       args.chunkElems * plan->eltSize, choice.predictedUs,
+       plan->onDevice ? " (device buffers)" : "");
   *out = plan;
   return commSuccess;
 fail:
@@ -91,8 +127,9 @@ fail:
   return res;
 }
 
-/* All point-to-point tasks of one communicator in a group become one plan, counted in bytes. */
-static commResult_t buildP2pPlan(commComm* comm, commTask* tasks, int nP2p, commPlan** out) {
+/* The point-to-point tasks of one communicator in a group on host buffers become one plan, and those on
+ * device buffers another (a send and its receive must both be host or both device), counted in bytes. */
+static commResult_t buildP2pPlan(commComm* comm, commTask* tasks, int nP2p, int onDevice, commPlan** out) {
   commPlan* plan = NULL;
   commP2pOp* ops = NULL;
   commResult_t res;
@@ -101,9 +138,11 @@ static commResult_t buildP2pPlan(commComm* comm, commTask* tasks, int nP2p, comm
   plan->eltSize = 1;
   COMMCHECKGOTO(commRedOpArgsBuiltin(commSum, commUint8, comm->nRanks, &plan->redop), res, fail);
   COMMCHECKGOTO(commCalloc(&ops, (size_t)nP2p, sizeof(*ops)), res, fail);
+  plan->onDevice = onDevice;
   int i = 0;
   for (commTask* t = tasks; t; t = t->next) {
-    if (t->kind == COMM_TASK_COLL) continue;
+    if (t->kind == COMM_TASK_COLL || t->onDevice != onDevice) continue;
+    if (plan->stream == NULL) plan->stream = t->stream;
     size_t bytes = t->count * commTypeSize(t->dtype);
     ops[i].peer = t->root;
     ops[i].isSend = t->kind == COMM_TASK_SEND;
@@ -146,17 +185,19 @@ static commResult_t collectConnections(commComm* comm, const commPlan* plan, com
           return commInternalError;
         }
         int isSend = k == 0;
-        if ((isSend ? ch->send[peer] : ch->recv[peer]) != NULL) continue;
+        commConn** table = plan->onDevice ? (isSend ? ch->devSend : ch->devRecv) : (isSend ? ch->send : ch->recv);
+        if (table[peer] != NULL) continue;
         int dup = 0;
         for (int i = 0; i < *nReqs && !dup; i++)
-          dup = (*reqs)[i].channel == c && (*reqs)[i].peer == peer && (*reqs)[i].isSend == isSend;
+          dup = (*reqs)[i].channel == c && (*reqs)[i].peer == peer && (*reqs)[i].isSend == isSend &&
+                (*reqs)[i].onDevice == plan->onDevice;
         if (dup) continue;
         if (*nReqs == *cap) {
           int ncap = *cap ? *cap * 2 : 16;
           COMMCHECK(commRealloc(reqs, (size_t)*cap, (size_t)ncap, sizeof(**reqs)));
           *cap = ncap;
         }
-        (*reqs)[(*nReqs)++] = (commConnRequest){c, peer, isSend};
+        (*reqs)[(*nReqs)++] = (commConnRequest){c, peer, isSend, plan->onDevice};
       }
     }
   }
@@ -167,12 +208,12 @@ static commResult_t collectConnections(commComm* comm, const commPlan* plan, com
 static commResult_t buildCommPlans(commComm* comm, commTask* tasks, commPlan*** plansOut, int* nPlansOut,
                                    commConnRequest** reqsOut, int* nReqsOut) {
   commResult_t res = commSuccess;
-  int nColl = 0, nP2p = 0;
+  int nColl = 0, nP2p[2] = {0, 0};
   for (commTask* t = tasks; t; t = t->next) {
     if (t->kind == COMM_TASK_COLL) nColl++;
-    else nP2p++;
+    else nP2p[t->onDevice ? 1 : 0]++;
   }
-  int nPlans = nColl + (nP2p > 0);
+  int nPlans = nColl + (nP2p[0] > 0) + (nP2p[1] > 0);
   commPlan** plans = NULL;
   commConnRequest* reqs = NULL;
   int nReqs = 0, cap = 0, n = 0;
@@ -182,8 +223,9 @@ static commResult_t buildCommPlans(commComm* comm, commTask* tasks, commPlan*** 
     COMMCHECKGOTO(buildCollPlan(comm, t, &plans[n]), res, fail);
     n++;
   }
-  if (nP2p > 0) {
-    COMMCHECKGOTO(buildP2pPlan(comm, tasks, nP2p, &plans[n]), res, fail);
+  for (int dev = 0; dev < 2; dev++) {
+    if (nP2p[dev] == 0) continue;
+    COMMCHECKGOTO(buildP2pPlan(comm, tasks, nP2p[dev], dev, &plans[n]), res, fail);
     n++;
   }
   /* List the connections still missing (channels beyond COMM_NCHANNELS get their tables on first use:
@@ -226,10 +268,11 @@ commResult_t commPlansBuildMulti(commComm** comms, commTask** lists, int nComms,
     /* One scratch buffer per communicator, kept between calls and grown when a plan needs more: its plans
      * run one after another. (A fresh calloc per call cost page faults: one-shot allreduce of 32 KiB on
      * 4 ranks stages 128 KiB.) */
-    size_t need = 0;
+    size_t need = 0, devNeed = 0;
     for (int p = 0; p < nPlans[c]; p++) {
       size_t b = plans[c][p]->sched.scratchElems * plans[c][p]->eltSize;
-      if (b > need) need = b;
+      size_t* n = plans[c][p]->onDevice ? &devNeed : &need;
+      if (b > *n) *n = b;
     }
     if (need > comms[c]->scratchBytes) {
       free(comms[c]->scratch);
@@ -245,7 +288,10 @@ commResult_t commPlansBuildMulti(commComm** comms, commTask** lists, int nComms,
       comms[c]->scratch = buf;
       comms[c]->scratchBytes = need;
     }
-    for (int p = 0; p < nPlans[c]; p++) COMMCHECKGOTO(commPlanPrepare(plans[c][p], comms[c]->scratch), res, out);
+    void* devScratch = NULL;
+    if (devNeed > 0) COMMCHECKGOTO(commDevScratch(comms[c], devNeed, &devScratch), res, out);
+    for (int p = 0; p < nPlans[c]; p++)
+      COMMCHECKGOTO(commPlanPrepare(plans[c][p], plans[c][p]->onDevice ? devScratch : comms[c]->scratch), res, out);
   }
 out:
   if (reqs)

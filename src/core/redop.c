@@ -5,7 +5,9 @@
 #include "enqueue.h"
 #include "reduce.h"
 
-commResult_t commRedOpResolve(comm_t comm, commRedOp_t op, commDataType_t type, commRedOpArgs* args) {
+commResult_t commRedOpResolve(comm_t comm, commRedOp_t op, commDataType_t type, int onDevice, commRedOpArgs* args,
+                              const void** devScalar) {
+  *devScalar = NULL;
   if ((int)op >= 0 && (int)op < commNumOps) return commRedOpArgsBuiltin(op, type, comm->nRanks, args);
   int idx = (int)op - commNumOps;
   if (idx < 0 || idx >= COMM_MAX_USER_REDOPS || !comm->userOps[idx].inUse) {
@@ -20,7 +22,14 @@ commResult_t commRedOpResolve(comm_t comm, commRedOp_t op, commDataType_t type, 
     return commInvalidArgument;
   }
   *args = u->args;
-  if (u->scalarPtr != NULL) {
+  if (u->scalarOnDevice) {
+    if (!onDevice) {
+      WARN("reduction operator %d has its scalar in device memory (%p); host buffers need a host scalar",
+           (int)op, u->scalarPtr);
+      return commInvalidUsage;
+    }
+    *devScalar = u->scalarPtr;
+  } else if (u->scalarPtr != NULL) {
     /* commScalarDevice: the scalar is read when the collective runs (host-visible memory here). */
     COMMCHECK(commRedOpArgsPreMul(type, u->scalarPtr, args));
   }
@@ -46,12 +55,7 @@ COMM_API commResult_t commRedOpCreatePreMulSum(commRedOp_t* op, void* scalar, co
     res = commInvalidArgument;
     goto out;
   }
-  if (residence == commScalarDevice && commIsDevicePointer(scalar)) {
-    WARN("commRedOpCreatePreMulSum: the scalar %p is device memory; this build's executor serves host memory "
-         "only", scalar);
-    res = commInvalidUsage;
-    goto out;
-  }
+  int onDevice = residence == commScalarDevice && commIsDevicePointer(scalar);
   int idx;
   for (idx = 0; idx < COMM_MAX_USER_REDOPS; idx++)
     if (!comm->userOps[idx].inUse) break;
@@ -63,8 +67,11 @@ COMM_API commResult_t commRedOpCreatePreMulSum(commRedOp_t* op, void* scalar, co
   }
   commUserRedOp* u = &comm->userOps[idx];
   memset(u, 0, sizeof(*u));
-  COMMCHECKGOTO(commRedOpArgsPreMul(datatype, scalar, &u->args), res, out);
+  /* A device scalar is read by the kernel at each collective; the arguments get a placeholder. */
+  static const uint64_t zero = 0;
+  COMMCHECKGOTO(commRedOpArgsPreMul(datatype, onDevice ? (const void*)&zero : scalar, &u->args), res, out);
   u->scalarPtr = residence == commScalarDevice ? scalar : NULL;
+  u->scalarOnDevice = onDevice;
   u->inUse = 1;
   *op = (commRedOp_t)(commNumOps + idx);
 out:

@@ -38,12 +38,15 @@ typedef struct {
   int ringPrev, ringNext;
   commConn** send; /* [nRanks], NULL until connected */
   commConn** recv; /* [nRanks] */
+  commConn** devSend; /* [nRanks]: device-buffer connections (CUDA executor), NULL until connected */
+  commConn** devRecv; /* [nRanks] */
 } commChannel;
 
 typedef struct {
   int inUse;
   commRedOpArgs args;
   const void* scalarPtr; /* commScalarDevice: read at each collective; NULL: scalar captured in args */
+  int scalarOnDevice;    /* scalarPtr is device memory: the CUDA executor's kernel reads it */
 } commUserRedOp;
 
 #define COMM_MAX_USER_REDOPS 256
@@ -74,6 +77,7 @@ struct commComm {
   int nSlots;
   int shmDisable;
   size_t oneShotMaxBytes; /* allreduce of at most this many bytes runs one-shot (0: never) */
+  int devMaxChannels;     /* device plans: most channels per collective (0: not computed yet) */
 
   /* Channels and connections. */
   int nChannels;
@@ -87,6 +91,7 @@ struct commComm {
                                     * -1 for ranks of nodes the topology does not describe */
   uint16_t* ringPos;       /* [nRanks][COMM_MAX_CHANNELS]: position of each rank in its node's part of each
                             * channel's ring (topology order); NULL: rank order */
+  struct commDevState* dev; /* the CUDA executor's state (src/exec/cuda/exec_dev.c), made on first use */
   void* scratch;           /* staging space of the schedules, shared by this comm's plans (they run in turn) */
   size_t scratchBytes;
 
@@ -128,7 +133,10 @@ commResult_t commPlacementDump(struct commComm* comm);
  * order turned by c without one). */
 commResult_t commPlacementRing(struct commComm* comm, int c, int* ringRanks);
 
-/* src/core/redop.c: the reduction arguments for op on this comm (built-in or user-made). */
-commResult_t commRedOpResolve(comm_t comm, commRedOp_t op, commDataType_t type, commRedOpArgs* args);
+/* src/core/redop.c: the reduction arguments for op on this comm (built-in or user-made). A scalar in device
+ * memory is not read here: *devScalar gets its address (NULL otherwise), and only device buffers may use
+ * it (onDevice). */
+commResult_t commRedOpResolve(comm_t comm, commRedOp_t op, commDataType_t type, int onDevice, commRedOpArgs* args,
+                              const void** devScalar);
 
 #endif

@@ -17,6 +17,9 @@ typedef struct commTask {
   commRedOp_t op;
   int root;               /* collectives: root; p2p: peer */
   commRedOpArgs redop;    /* resolved at enqueue time */
+  const void* devScalar;  /* a PREMULSUM scalar in device memory (device buffers), else NULL */
+  int onDevice;           /* the buffers are device memory (checked at the API) */
+  commStream_t stream;
   struct commTask* next;
 } commTask;
 
@@ -40,6 +43,8 @@ commResult_t commPlansBuildMulti(struct commComm** comms, commTask** lists, int 
 
 /* src/core/memtype.c: 1 if ptr is CUDA device memory (only detectable when the CUDA driver is present). */
 int commIsDevicePointer(const void* ptr);
+/* The CUDA device ordinal of device memory at ptr, -1 if it is not device memory. */
+int commDevicePointerOrdinal(const void* ptr);
 /* CUDA device of the calling thread's current context; -1 without one (or without a loaded driver). */
 int commCudaCurrentDevice(void);
 

@@ -26,6 +26,9 @@ typedef struct commPlan {
   uint64_t opCount;
   size_t count;         /* API count, for messages */
   int root;
+  int onDevice;         /* device buffers: run by the CUDA executor on stream */
+  commStream_t stream;  /* the caller's stream (device plans) */
+  const void* devScalar; /* device plans: a PREMULSUM scalar in device memory, read by the kernel */
   commChannelProgress progress[COMM_MAX_CHANNELS];
   int done;
   int progressed;       /* set by each progress call that moved something */

@@ -33,6 +33,7 @@ typedef struct commConn {
   int peer;             /* the other rank */
   int channel;
   int isSend;
+  int onDevice;         /* a connection of the CUDA executor (device FIFOs) */
   const struct commTransport* transport;
   void* priv;           /* transport state */
 } commConn;
@@ -56,19 +57,24 @@ typedef struct commTransport {
 
 extern const commTransport commTransportShm;
 extern const commTransport commTransportNet;
+extern const commTransport commTransportP2p; /* transports/p2p/p2p.c: device FIFOs (builds with CUDA) */
 
-enum { COMM_TRANSPORT_SHM = 0, COMM_TRANSPORT_NET = 1, COMM_NUM_TRANSPORTS = 2 };
+enum { COMM_TRANSPORT_SHM = 0, COMM_TRANSPORT_NET = 1, COMM_TRANSPORT_P2P = 2, COMM_NUM_TRANSPORTS = 3 };
 
-/* A connection the caller needs: on `channel`, to (isSend) or from `peer`. */
+/* A connection the caller needs: on `channel`, to (isSend) or from `peer`; for host buffers (the host
+ * executor's FIFOs: shm or net) or device buffers (the CUDA executor's: P2P). The two kinds are separate
+ * connections in separate tables (commChannel send/recv and devSend/devRecv). */
 typedef struct {
   int channel;
   int peer;
   int isSend;
+  int onDevice;
 } commConnRequest;
 
 /* src/transports/transport.c: establish every requested connection that does not exist yet (the peers
- * make the matching requests). Chooses shm within a host (unless COMM_SHM_DISABLE=1), net across hosts,
- * logs the choice at INFO. */
+ * make the matching requests). Host buffers: shm within a host (unless COMM_SHM_DISABLE=1), net across
+ * hosts; device buffers: P2P within a host (across hosts: an error until the staging proxy exists). Logs
+ * the choice at INFO. */
 commResult_t commTransportConnect(struct commComm* comm, const commConnRequest* reqs, int nReqs);
 /* The same for several communicators driven by this thread (a group): each phase runs for all of them
  * before the next, so ranks of one process never wait on each other. */

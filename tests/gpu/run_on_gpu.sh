@@ -6,8 +6,9 @@
 #                                                 copy the shared libraries they need into BUILD_DIR/lib,
 #                                                 so the directory can be carried to a machine without them
 #   tests/gpu/run_on_gpu.sh run     [BUILD_DIR]   (on the GPU machine) run every GPU test, each once plainly
-#                                                 and once under compute-sanitizer memcheck, then the GPU
-#                                                 benchmarks; logs and a summary under $OUT (or
+#                                                 and a representative subset under compute-sanitizer
+#                                                 memcheck and racecheck, then the GPU benchmarks and perf
+#                                                 on device buffers; logs and a summary under $OUT (or
 #                                                 BUILD_DIR/gpu-logs); prints PASS / FAIL / SKIP per case
 #
 # With the device tool: `tests/gpu/run_on_gpu.sh build` here, then run `tests/gpu/run_on_gpu.sh run` there
@@ -17,9 +18,17 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 MODE=${1:-run}
 BUILD=${2:-build-gpu}
-# The GPU tests and benchmarks, as paths inside BUILD.
-TESTS=(tests/test_gpu_reduce tests/test_gpu_comm_device)
-BENCHES=("bench/gpu_launch_bench -n 10000 -r 9" "bench/gpu_reduce_bench -s 268435456 -r 9 -i 20")
+# The GPU tests and benchmarks, as commands inside BUILD (the name of a case: the command with its arguments).
+TESTS=("tests/test_gpu_reduce" "tests/test_gpu_comm_device" "tests/test_gpu_coll -n 1,2,4,8"
+       "tests/test_gpu_coll -p")
+# compute-sanitizer runs on a representative subset: memcheck on these, racecheck (shared memory) too. It
+# runs the kernels of one process one at a time, so ranks that wait on each other are processes here.
+SANITIZED=("tests/test_gpu_coll -q -n 1" "tests/test_gpu_coll -q -p")
+BENCHES=("bench/gpu_launch_bench -n 10000 -r 9" "bench/gpu_reduce_bench -s 268435456 -r 9 -i 20"
+         "bench/gpu_coll_bench -r 7 -n 2000"
+         "perf/allreduce_perf -M device -t 2 -b 8 -e 256M -f 4 -w 5 -n 20"
+         "perf/allreduce_perf -M device -t 2 -b 8 -e 64K -f 8 -w 5 -n 200 -G 10"
+         "perf/allreduce_perf -M device -t 8 -b 1M -e 1G -f 8 -w 2 -n 5")
 
 case $MODE in
   build)
@@ -27,10 +36,10 @@ case $MODE in
     cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOMM_WERROR=ON -DCOMM_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" >/dev/null || exit 1
     targets=()
-    for t in "${TESTS[@]}" "${BENCHES[@]%% *}"; do targets+=(--target "$(basename "$t")"); done
+    for t in "${TESTS[@]%% *}" "${BENCHES[@]%% *}"; do targets+=(--target "$(basename "$t")"); done
     cmake --build "$BUILD" -j"$(nproc)" "${targets[@]}" || exit 1
     mkdir -p "$BUILD/lib"
-    for t in "${TESTS[@]}" "${BENCHES[@]%% *}"; do
+    for t in "${TESTS[@]%% *}" "${BENCHES[@]%% *}"; do
       ldd "$BUILD/$t" | awk '/=> \// {print $3}' | grep -E 'libcomm|hwloc|cmocka|udev' | xargs -r -I{} cp -L {} "$BUILD/lib/"
     done
     echo "run_on_gpu: built in $BUILD; carry it and run: tests/gpu/run_on_gpu.sh run $BUILD"
@@ -46,25 +55,35 @@ case $MODE in
     fail=0
     summary() { echo "$1" | tee -a "$LOGS/summary.txt"; }
     : > "$LOGS/summary.txt"
+    caseName() { basename "$1" | tr ' ,' '_.' | tr -s '_'; }
     for t in "${TESTS[@]}"; do
-      name=$(basename "$t")
-      "$BUILD/$t" > "$LOGS/$name.txt" 2>&1
+      name=$(caseName "$t")
+      # shellcheck disable=SC2086
+      timeout 900 "$BUILD/"$t > "$LOGS/$name.txt" 2>&1
       rc=$?
       case $rc in
-        0) summary "PASS $name" ;;
-        77) summary "SKIP $name (no GPU)" ;;
-        *) summary "FAIL $name (exit $rc)"; fail=1 ;;
+        0) summary "PASS $t" ;;
+        77) summary "SKIP $t (no GPU)" ;;
+        *) summary "FAIL $t (exit $rc)"; fail=1 ;;
       esac
-      if [[ $rc -eq 0 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
-        compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/$t" > "$LOGS/$name.memcheck.txt" 2>&1
-        rc=$?
-        if [[ $rc -eq 0 ]]; then summary "PASS $name under memcheck"; else summary "FAIL $name under memcheck (exit $rc)"; fail=1; fi
-      fi
     done
+    if command -v compute-sanitizer >/dev/null 2>&1; then
+      for t in "${SANITIZED[@]}"; do
+        for tool in memcheck racecheck; do
+          name=$(caseName "$t").$tool
+          # shellcheck disable=SC2086
+          timeout 900 compute-sanitizer --tool $tool --target-processes all --error-exitcode 3 "$BUILD/"$t > "$LOGS/$name.txt" 2>&1
+          rc=$?
+          if [[ $rc -eq 0 ]]; then summary "PASS $t under $tool"; else summary "FAIL $t under $tool (exit $rc)"; fail=1; fi
+        done
+      done
+    else
+      summary "SKIP compute-sanitizer (not installed)"
+    fi
     for b in "${BENCHES[@]}"; do
-      name=$(basename "${b%% *}")
+      name=$(caseName "$b")
       # shellcheck disable=SC2086
-      if "$BUILD/"$b > "$LOGS/$name.txt" 2>&1; then summary "RAN  $name"; else summary "FAIL $name"; fail=1; fi
+      if timeout 600 "$BUILD/"$b > "$LOGS/$name.txt" 2>&1; then summary "RAN  $b"; else summary "FAIL $b"; fail=1; fi
     done
     echo "run_on_gpu: logs in $LOGS"
     exit $fail

@@ -1,8 +1,8 @@
 /* test_gpu_comm_device: a communicator is bound to its rank's current CUDA device, as NCCL binds it, and
  * the topology places the rank at that GPU. Two ranks as threads of one process, each with device 0
  * current (several ranks may share a GPU): commCuDevice says 0, the INFO log places each rank at GPU0,
- * a host-buffer allreduce is right, and one on cudaMalloc'd buffers is refused (commInvalidUsage: the
- * device executor is not in this build yet). A third thread with no CUDA context makes a 1-rank communicator:
+ * a host-buffer allreduce is right, one on cudaMalloc'd buffers is right too (the CUDA executor), and one
+ * that mixes a host sendbuff with a device recvbuff is refused (commInvalidArgument). A third thread with no CUDA context makes a 1-rank communicator:
  * commCuDevice says -1 there. Public API only. Exit 77 (skipped) without a GPU. */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -24,11 +24,21 @@ static void* rankMain(void* arg) {
   float v[3] = {1.0f + rank, 2.0f, 3.0f * rank};
   if (commAllReduce(v, v, 3, commFloat32, commSum, comm, NULL) == commSuccess)
     ok[rank] = v[0] == 3.0f && v[1] == 4.0f && v[2] == 3.0f;
-  /* Device buffers are told apart from host ones (and refused until the device executor lands). */
+  /* Device buffers go to the CUDA executor, on a stream of the rank's own (two ranks of one process on the
+   * legacy default stream would serialise each other's kernels, which wait on each other: a deadlock, as
+   * with NCCL); mixing is refused. */
   float* d = NULL;
-  if (cudaMalloc((void**)&d, 3 * sizeof(float)) != cudaSuccess ||
-      commAllReduce(d, d, 3, commFloat32, commSum, comm, NULL) != commInvalidUsage)
+  float h[3] = {1.0f + rank, 2.0f, 3.0f * rank};
+  cudaStream_t s = NULL;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaMalloc((void**)&d, 3 * sizeof(float)) != cudaSuccess ||
+      cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice) != cudaSuccess ||
+      commAllReduce(d, d, 3, commFloat32, commSum, comm, (commStream_t)s) != commSuccess ||
+      cudaMemcpyAsync(h, d, sizeof(h), cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+      cudaStreamSynchronize(s) != cudaSuccess || h[0] != 3.0f || h[1] != 4.0f || h[2] != 3.0f)
     ok[rank] = 0;
+  if (s) cudaStreamDestroy(s);
+  if (commAllReduce(v, d, 3, commFloat32, commSum, comm, NULL) != commInvalidArgument) ok[rank] = 0;
   cudaFree(d);
   commFinalize(comm);
   commDestroy(comm);

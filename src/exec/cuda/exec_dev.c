@@ -1,0 +1,521 @@
+/* The CUDA executor's host side: per-communicator stream, events, error and abort words; turning plans
+ * into device plans; launching them joined to the callers' streams (src/include/exec_dev.h). */
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "debug.h"
+#include "exec.h"
+#include "exec_dev.h"
+#include "param.h"
+#include "utils.h"
+
+#define PLAN_POOL 16      /* pinned plan buffers in flight before the host waits for the oldest */
+#define MAX_JOIN_STREAMS 8 /* distinct caller streams of one communicator in one group joined per call */
+
+typedef struct {
+  void* host;  /* pinned, mapped */
+  size_t cap;
+  cudaEvent_t done; /* recorded after the launch that reads it */
+  int pending;
+} planBuf;
+
+typedef struct scratchBuf {
+  void* ptr;
+  struct scratchBuf* next;
+} scratchBuf;
+
+typedef struct commDevState {
+  int dev;
+  int alwaysJoin;       /* COMM_DEV_STREAM_JOIN=1: every call goes through the executor's stream */
+  cudaEvent_t lastDone; /* recorded after the latest launch outside graph capture, on lastStream */
+  cudaStream_t lastStream;
+  int haveLast;
+  volatile int32_t* abortFlagDev; /* the same words, as the kernel addresses them */
+  commDevError* errorDev;
+  cudaStream_t stream;
+  cudaEvent_t joinIn, joinOut;
+  volatile int32_t* abortFlag; /* mapped host memory */
+  commDevError* error;         /* mapped host memory */
+  int errorReported;
+  planBuf pool[PLAN_POOL];
+  int poolNext;
+  scratchBuf* scratch; /* newest first; older ones may still be referenced by captured graphs */
+  size_t scratchBytes;
+} commDevState;
+
+int commDevAvailable(void) { return 1; }
+
+static commResult_t cudaFail(const char* what, cudaError_t err) {
+  WARN("CUDA error in %s: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
+  return commUnhandledCudaError;
+}
+#define CUDACHECK(call)                                 \
+  do {                                                  \
+    cudaError_t e_ = (call);                            \
+    if (e_ != cudaSuccess) return cudaFail(#call, e_);  \
+  } while (0)
+#define CUDACHECKGOTO(call, res, label)  \
+  do {                                   \
+    cudaError_t e_ = (call);             \
+    if (e_ != cudaSuccess) {             \
+      res = cudaFail(#call, e_);         \
+      goto label;                        \
+    }                                    \
+  } while (0)
+
+/* Run with comm's device current; put the caller's back after. */
+typedef struct {
+  int saved;
+} devGuard;
+static commResult_t guardEnter(const commComm* comm, devGuard* g) {
+  CUDACHECK(cudaGetDevice(&g->saved));
+  if (g->saved != comm->cudaDev) CUDACHECK(cudaSetDevice(comm->cudaDev));
+  return commSuccess;
+}
+static void guardLeave(const commComm* comm, const devGuard* g) {
+  if (g->saved != comm->cudaDev) cudaSetDevice(g->saved);
+}
+
+/* Buffers a captured graph owns: freed when the graph goes (the destructor may not call CUDA, so it
+ * queues them; the next call of any communicator frees them). */
+static pthread_mutex_t graphFreeLock = PTHREAD_MUTEX_INITIALIZER;
+typedef struct graphFree {
+  void* host;
+  struct graphFree* next;
+} graphFree;
+static graphFree* graphFrees;
+
+static void CUDART_CB graphBufRelease(void* p) {
+  graphFree* f = (graphFree*)malloc(sizeof(*f));
+  if (f == NULL) return; /* leaks one buffer rather than calling CUDA here */
+  f->host = p;
+  pthread_mutex_lock(&graphFreeLock);
+  f->next = graphFrees;
+  __atomic_store_n(&graphFrees, f, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&graphFreeLock);
+}
+static void freeGraphBufs(void) {
+  if (__atomic_load_n(&graphFrees, __ATOMIC_ACQUIRE) == NULL) return;
+  pthread_mutex_lock(&graphFreeLock);
+  graphFree* f = graphFrees;
+  graphFrees = NULL;
+  pthread_mutex_unlock(&graphFreeLock);
+  while (f) {
+    graphFree* next = f->next;
+    cudaFreeHost(f->host);
+    free(f);
+    f = next;
+  }
+}
+
+static commResult_t stateCreate(commComm* comm) {
+  commDevState* s = NULL;
+  commResult_t res = commSuccess;
+  COMMCHECK(commCalloc(&s, 1, sizeof(*s)));
+  s->dev = comm->cudaDev;
+  CUDACHECKGOTO(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking), res, fail);
+  CUDACHECKGOTO(cudaEventCreateWithFlags(&s->joinIn, cudaEventDisableTiming), res, fail);
+  CUDACHECKGOTO(cudaEventCreateWithFlags(&s->joinOut, cudaEventDisableTiming), res, fail);
+  CUDACHECKGOTO(cudaEventCreateWithFlags(&s->lastDone, cudaEventDisableTiming), res, fail);
+  s->alwaysJoin = (int)commParamInt("COMM_DEV_STREAM_JOIN", 0, 0, 1);
+  void* words = NULL;
+  CUDACHECKGOTO(cudaHostAlloc(&words, 4096, cudaHostAllocMapped | cudaHostAllocPortable), res, fail);
+  memset(words, 0, 4096);
+  s->abortFlag = (volatile int32_t*)words;
+  s->error = (commDevError*)((char*)words + 64);
+  void* wordsDev = NULL;
+  CUDACHECKGOTO(cudaHostGetDevicePointer(&wordsDev, words, 0), res, fail);
+  s->abortFlagDev = (volatile int32_t*)wordsDev;
+  s->errorDev = (commDevError*)((char*)wordsDev + 64);
+  comm->dev = s;
+  INFO(COMM_INIT, "rank %d: CUDA executor on device %d: own stream, %d threads per channel", comm->rank,
+       comm->cudaDev, COMM_DEV_THREADS);
+  return commSuccess;
+fail:
+  if (s->lastDone) cudaEventDestroy(s->lastDone);
+  if (s->joinOut) cudaEventDestroy(s->joinOut);
+  if (s->joinIn) cudaEventDestroy(s->joinIn);
+  if (s->stream) cudaStreamDestroy(s->stream);
+  free(s);
+  return res;
+}
+
+commResult_t commDevEnsure(commComm* comm) {
+  if (comm->dev != NULL) return commSuccess;
+  devGuard g;
+  COMMCHECK(guardEnter(comm, &g));
+  commResult_t res = stateCreate(comm);
+  guardLeave(comm, &g);
+  return res;
+}
+
+commResult_t commDevScratch(commComm* comm, size_t bytes, void** scratch) {
+  COMMCHECK(commDevEnsure(comm));
+  commDevState* s = comm->dev;
+  if (bytes <= s->scratchBytes) {
+    *scratch = s->scratch->ptr;
+    return commSuccess;
+  }
+  scratchBuf* b = NULL;
+  COMMCHECK(commCalloc(&b, 1, sizeof(*b)));
+  devGuard g;
+  COMMCHECK(guardEnter(comm, &g));
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode); /* allowed while the caller captures a graph */
+  cudaError_t e = cudaMalloc(&b->ptr, bytes);
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  guardLeave(comm, &g);
+  if (e != cudaSuccess) {
+    free(b);
+    WARN("rank %d: cannot allocate %zu bytes of device scratch: %s", comm->rank, bytes, cudaGetErrorString(e));
+    return commSystemError;
+  }
+  b->next = s->scratch;
+  s->scratch = b;
+  s->scratchBytes = bytes;
+  *scratch = b->ptr;
+  return commSuccess;
+}
+
+static commResult_t pollError(commComm* comm, int queryStream);
+
+/* ---- Device plans ---- */
+
+typedef struct {
+  int channel, peer, isSend;
+} connKey;
+
+static int connIndex(connKey* keys, int* n, int channel, int peer, int isSend) {
+  for (int i = *n - 1; i >= 0; i--)
+    if (keys[i].channel == channel && keys[i].peer == peer && keys[i].isSend == isSend) return i;
+  keys[*n] = (connKey){channel, peer, isSend};
+  return (*n)++;
+}
+
+static inline uint64_t devAddr(const commPlan* plan, commBufRef ref) {
+  return (uint64_t)(uintptr_t)((char*)plan->bufs[ref.buf] + ref.offset * plan->eltSize);
+}
+
+/* Fill hdr and the plan bytes (conns then steps) at area; *bytes is what they take. With area NULL, only
+ * count. */
+static commResult_t buildDevPlan(commComm* comm, const commPlan* plan, connKey* keys, commDevPlanHdr* hdr,
+                                 char* area, size_t* bytes) {
+  int nConns = 0, nSteps = 0;
+  const commSchedule* sc = &plan->sched;
+  for (int c = 0; c < sc->nChannels; c++) {
+    for (int i = 0; i < sc->channels[c].nSteps; i++) {
+      const commStep* st = &sc->channels[c].steps[i];
+      if (st->sendPeer >= 0) connIndex(keys, &nConns, c, st->sendPeer, 1);
+      if (st->recvPeer >= 0) connIndex(keys, &nConns, c, st->recvPeer, 0);
+    }
+    nSteps += sc->channels[c].nSteps;
+  }
+  *bytes = (size_t)nConns * sizeof(commDevConn) + (size_t)nSteps * sizeof(commDevStep);
+  hdr->nChannels = sc->nChannels;
+  hdr->nConns = nConns;
+  if (area == NULL) return commSuccess;
+  commDevConn* conns = (commDevConn*)area;
+  for (int i = 0; i < nConns; i++) {
+    commChannel* ch = &comm->channels[keys[i].channel];
+    commConn* conn = keys[i].isSend ? ch->devSend[keys[i].peer] : ch->devRecv[keys[i].peer];
+    if (conn == NULL) {
+      WARN("rank %d: %s opCount %llu: no device connection %s rank %d on channel %d", comm->rank,
+           commFuncName(plan->func), (unsigned long long)plan->opCount, keys[i].isSend ? "to" : "from",
+           keys[i].peer, keys[i].channel);
+      return commInternalError;
+    }
+    COMMCHECK(commP2pDevConn(conn, &conns[i]));
+  }
+  commDevStep* out = (commDevStep*)(area + (size_t)nConns * sizeof(commDevConn));
+  int k = 0, n = 0;
+  for (int c = 0; c < sc->nChannels; c++) {
+    hdr->stepBegin[c] = k;
+    for (int i = 0; i < sc->channels[c].nSteps; i++) {
+      const commStep* st = &sc->channels[c].steps[i];
+      if (st->prim >= COMM_NUM_PRIMS) {
+        WARN("rank %d: %s: unknown primitive %d in schedule", comm->rank, commFuncName(plan->func), st->prim);
+        return commInternalError;
+      }
+      commDevStep* d = &out[k++];
+      memset(d, 0, sizeof(*d));
+      d->prim = st->prim;
+      d->flags = st->flags;
+      d->sendPeer = st->sendPeer;
+      d->recvPeer = st->recvPeer;
+      /* Connection indices: the keys were made in this same order above. */
+      n = 0;
+      d->sendConn = st->sendPeer >= 0 ? connIndex(keys, &nConns, c, st->sendPeer, 1) : -1;
+      d->recvConn = st->recvPeer >= 0 ? connIndex(keys, &nConns, c, st->recvPeer, 0) : -1;
+      d->src = devAddr(plan, st->src);
+      d->dst = devAddr(plan, st->dst);
+      d->count = st->count;
+      d->recvCount = st->recvCount;
+    }
+  }
+  (void)n;
+  hdr->stepBegin[sc->nChannels] = k;
+  return commSuccess;
+}
+
+/* Plan bytes too big for the parameters: a pinned buffer the kernel reads in place. Outside capture, from
+ * the pool; inside, one of its own that the graph owns. */
+static commResult_t planStorage(commComm* comm, size_t bytes, int capturing, void** host, planBuf** pooled) {
+  commDevState* s = comm->dev;
+  *pooled = NULL;
+  if (capturing) {
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    cudaError_t e = cudaHostAlloc(host, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    if (e != cudaSuccess) return cudaFail("cudaHostAlloc (captured plan)", e);
+    return commSuccess;
+  }
+  planBuf* b = &s->pool[s->poolNext];
+  s->poolNext = (s->poolNext + 1) % PLAN_POOL;
+  if (b->pending) {
+    CUDACHECK(cudaEventSynchronize(b->done)); /* only with PLAN_POOL big plans still in flight */
+    b->pending = 0;
+  }
+  if (b->cap < bytes) {
+    if (b->host) cudaFreeHost(b->host);
+    b->host = NULL;
+    b->cap = 0;
+    size_t cap = bytes < 65536 ? 65536 : bytes * 2;
+    CUDACHECK(cudaHostAlloc(&b->host, cap, cudaHostAllocMapped | cudaHostAllocPortable));
+    b->cap = cap;
+  }
+  if (b->done == NULL) CUDACHECK(cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming));
+  *host = b->host;
+  *pooled = b;
+  return commSuccess;
+}
+
+/* Give a captured plan's buffer to the graph being captured on stream. */
+static commResult_t giveToGraph(cudaStream_t stream, void* host) {
+  enum cudaStreamCaptureStatus status;
+  cudaGraph_t graph = NULL;
+  CUDACHECK(cudaStreamGetCaptureInfo(stream, &status, NULL, &graph, NULL, NULL, NULL));
+  cudaUserObject_t obj;
+  CUDACHECK(cudaUserObjectCreate(&obj, host, graphBufRelease, 1, cudaUserObjectNoDestructorSync));
+  CUDACHECK(cudaGraphRetainUserObject(graph, obj, 1, cudaGraphUserObjectMove));
+  return commSuccess;
+}
+
+static commResult_t launchPlan(commComm* comm, const commPlan* plan, cudaStream_t stream, int capturing) {
+  commDevState* s = comm->dev;
+  static __thread commDevArgs args; /* 2 KB: off the stack */
+  connKey* keys = NULL;
+  commResult_t res = commSuccess;
+  size_t maxConns = 0;
+  for (int c = 0; c < plan->sched.nChannels; c++) maxConns += 2 * (size_t)plan->sched.channels[c].nSteps;
+  COMMCHECK(commCalloc(&keys, maxConns ? maxConns : 1, sizeof(*keys)));
+  memset(&args.hdr, 0, sizeof(args.hdr));
+  commDevPlanHdr* h = &args.hdr;
+  size_t bytes = 0;
+  COMMCHECKGOTO(buildDevPlan(comm, plan, keys, h, NULL, &bytes), res, out);
+  h->dtype = plan->dtype;
+  h->redopKind = plan->redop.kind;
+  h->scalarBits = plan->redop.scalarBits;
+  h->divisor = plan->redop.divisor;
+  h->scalarAddr = (uint64_t)(uintptr_t)plan->devScalar;
+  h->slotBytes = comm->slotBytes;
+  h->nSlots = (uint32_t)comm->nSlots;
+  h->eltSize = (uint32_t)plan->eltSize;
+  h->abortFlag = s->abortFlagDev;
+  h->error = s->errorDev;
+  h->timeoutNs = comm->timeoutMs < 0 ? 0 : (uint64_t)comm->timeoutMs * 1000000ull;
+  h->opCount = plan->opCount;
+  planBuf* pooled = NULL;
+  void* host = NULL;
+  char* area = args.inl.bytes;
+  if (bytes > COMM_DEV_INLINE_BYTES) {
+    COMMCHECKGOTO(planStorage(comm, bytes, capturing, &host, &pooled), res, out);
+    area = host;
+    void* devPtr = NULL;
+    CUDACHECKGOTO(cudaHostGetDevicePointer(&devPtr, host, 0), res, out);
+    h->planAddr = (uint64_t)(uintptr_t)devPtr;
+  }
+  COMMCHECKGOTO(buildDevPlan(comm, plan, keys, h, area, &bytes), res, out);
+  if (h->nChannels > 0) {
+    cudaError_t e = (cudaError_t)commDevLaunch(&args, stream);
+    if (e != cudaSuccess) {
+      res = cudaFail("the executor's kernel launch", e);
+      goto out;
+    }
+  }
+  if (pooled) {
+    CUDACHECKGOTO(cudaEventRecord(pooled->done, stream), res, out);
+    pooled->pending = 1;
+  } else if (host && capturing) {
+    COMMCHECKGOTO(giveToGraph(stream, host), res, out);
+  }
+  INFO(COMM_COLL, "rank %d: %s opCount %llu on device: %d channels, %d connections, plan %zu bytes %s",
+       comm->rank, commFuncName(plan->func), (unsigned long long)plan->opCount, h->nChannels, h->nConns, bytes,
+       h->planAddr ? "in pinned memory" : "in the launch parameters");
+out:
+  free(keys);
+  return res;
+}
+
+commResult_t commDevRunPlans(commComm* comm, commPlan** plans, int nPlans) {
+  if (nPlans == 0) return commSuccess;
+  commResult_t res = commSuccess;
+  devGuard g;
+  COMMCHECK(guardEnter(comm, &g));
+  freeGraphBufs();
+  if (comm->dev == NULL) COMMCHECKGOTO(stateCreate(comm), res, out);
+  COMMCHECKGOTO(pollError(comm, 0), res, out);
+  commDevState* s = comm->dev;
+  /* The callers' streams (one per call; a group may name several). */
+  cudaStream_t streams[MAX_JOIN_STREAMS];
+  int nStreams = 0;
+  for (int p = 0; p < nPlans; p++) {
+    cudaStream_t st = (cudaStream_t)plans[p]->stream;
+    int seen = 0;
+    for (int i = 0; i < nStreams && !seen; i++) seen = streams[i] == st;
+    if (seen) continue;
+    if (nStreams == MAX_JOIN_STREAMS) {
+      WARN("rank %d: a group uses more than %d CUDA streams on one communicator", comm->rank, MAX_JOIN_STREAMS);
+      res = commInvalidUsage;
+      goto out;
+    }
+    streams[nStreams++] = st;
+  }
+  int capturing = 0;
+  for (int i = 0; i < nStreams; i++) {
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    CUDACHECKGOTO(cudaStreamIsCapturing(streams[i], &cs), res, out);
+    if (cs == cudaStreamCaptureStatusActive) capturing = 1;
+  }
+  /* The kernels of a communicator run one after another (FIFO positions carry over), and each is ordered
+   * after the work queued before the call on its caller's streams, and before the work queued after.
+   * One caller stream, outside capture: launch on it, after the previous launch if that was on another
+   * stream; no join costs. Otherwise (several streams in a group, graph capture, COMM_DEV_STREAM_JOIN=1):
+   * the executor's stream waits for every caller stream, runs the plans, and every caller stream waits
+   * for it. */
+  if (nStreams == 1 && !capturing && !s->alwaysJoin) {
+    cudaStream_t st = streams[0];
+    if (s->haveLast && s->lastStream != st) CUDACHECKGOTO(cudaStreamWaitEvent(st, s->lastDone, 0), res, out);
+    for (int p = 0; p < nPlans; p++) COMMCHECKGOTO(launchPlan(comm, plans[p], st, 0), res, out);
+    CUDACHECKGOTO(cudaEventRecord(s->lastDone, st), res, out);
+    s->lastStream = st;
+    s->haveLast = 1;
+    goto out;
+  }
+  for (int i = 0; i < nStreams; i++) {
+    CUDACHECKGOTO(cudaEventRecord(s->joinIn, streams[i]), res, out);
+    CUDACHECKGOTO(cudaStreamWaitEvent(s->stream, s->joinIn, 0), res, out);
+  }
+  /* (A graph being captured cannot depend on uncaptured work: its replays are ordered by the caller's
+   * streams, as every launch outside it is.) */
+  if (!capturing && s->haveLast && s->lastStream != s->stream)
+    CUDACHECKGOTO(cudaStreamWaitEvent(s->stream, s->lastDone, 0), res, out);
+  for (int p = 0; p < nPlans; p++) COMMCHECKGOTO(launchPlan(comm, plans[p], s->stream, capturing), res, out);
+  if (!capturing) {
+    CUDACHECKGOTO(cudaEventRecord(s->lastDone, s->stream), res, out);
+    s->lastStream = s->stream;
+    s->haveLast = 1;
+  }
+  CUDACHECKGOTO(cudaEventRecord(s->joinOut, s->stream), res, out);
+  for (int i = 0; i < nStreams; i++) CUDACHECKGOTO(cudaStreamWaitEvent(streams[i], s->joinOut, 0), res, out);
+out:
+  guardLeave(comm, &g);
+  return res;
+}
+
+/* The mapped error record, and with queryStream the stream's CUDA state too (not while a graph is being
+ * captured through it: a query would end the capture). */
+static commResult_t pollError(commComm* comm, int queryStream) {
+  commDevState* s = comm->dev;
+  if (s == NULL) return commSuccess;
+  commResult_t res = commSuccess;
+  const commDevError* e = s->error;
+  int code = __atomic_load_n(&e->code, __ATOMIC_ACQUIRE);
+  if (code != COMM_DEV_OK) {
+    res = code == COMM_DEV_TIMEOUT ? commTimeout : code == COMM_DEV_ABORTED && commAborted(comm) ? commInvalidUsage
+          : code == COMM_DEV_ABORTED ? commRemoteError : commInvalidUsage;
+    if (!s->errorReported) {
+      s->errorReported = 1;
+      if (code == COMM_DEV_TIMEOUT)
+        WARN("rank %d: operation opCount %llu on device timed out: no progress for %lld ms (COMM_TIMEOUT_MS) "
+             "while %s rank %d on channel %d", comm->rank, (unsigned long long)e->opCount,
+             (long long)comm->timeoutMs, e->isSend ? "waiting for FIFO space to" : "waiting for data from", e->peer,
+             e->channel);
+      else if (code == COMM_DEV_SIZE_MISMATCH)
+        WARN("rank %d: operation opCount %llu on device: received %llu bytes from rank %d on channel %d where %llu "
+             "were expected: the ranks called this operation with different counts or datatypes", comm->rank,
+             (unsigned long long)e->opCount, (unsigned long long)e->got, e->peer, e->channel,
+             (unsigned long long)e->expected);
+      else
+        WARN("rank %d: operation opCount %llu on device was aborted while %s rank %d on channel %d", comm->rank,
+             (unsigned long long)e->opCount, e->isSend ? "sending to" : "receiving from", e->peer, e->channel);
+    }
+  } else if (queryStream) {
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaError_t q = cudaStreamIsCapturing(s->stream, &cs);
+    if (q == cudaSuccess && cs == cudaStreamCaptureStatusNone) q = cudaStreamQuery(s->stream);
+    if (q != cudaSuccess && q != cudaErrorNotReady) {
+      res = commUnhandledCudaError;
+      if (!s->errorReported) {
+        s->errorReported = 1;
+        WARN("rank %d: the CUDA executor's stream failed: %s (%s)", comm->rank, cudaGetErrorString(q),
+             cudaGetErrorName(q));
+      }
+    }
+  }
+  if (res != commSuccess) commSetAsyncError(comm, res);
+  return res;
+}
+
+commResult_t commDevPollError(commComm* comm) { return pollError(comm, 1); }
+
+commResult_t commDevSync(commComm* comm) {
+  commDevState* s = comm->dev;
+  if (s == NULL) return commSuccess;
+  devGuard g;
+  COMMCHECK(guardEnter(comm, &g));
+  cudaError_t e = cudaStreamSynchronize(s->stream);
+  if (e == cudaSuccess && s->haveLast) e = cudaEventSynchronize(s->lastDone);
+  guardLeave(comm, &g);
+  if (e != cudaSuccess) return cudaFail("cudaStreamSynchronize (finalize)", e);
+  return commDevPollError(comm);
+}
+
+void commDevAbort(commComm* comm) {
+  commDevState* s = comm->dev;
+  if (s == NULL) return;
+  *s->abortFlag = 1;
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+void commDevFree(commComm* comm) {
+  commDevState* s = comm->dev;
+  if (s == NULL) return;
+  devGuard g;
+  if (guardEnter(comm, &g) != commSuccess) return;
+  /* Kernels end: finished, aborted (commDevAbort) or timed out. */
+  cudaStreamSynchronize(s->stream);
+  if (s->haveLast) cudaEventSynchronize(s->lastDone);
+  for (int i = 0; i < PLAN_POOL; i++) {
+    if (s->pool[i].host) cudaFreeHost(s->pool[i].host);
+    if (s->pool[i].done) cudaEventDestroy(s->pool[i].done);
+  }
+  while (s->scratch) {
+    scratchBuf* next = s->scratch->next;
+    cudaFree(s->scratch->ptr);
+    free(s->scratch);
+    s->scratch = next;
+  }
+  cudaEventDestroy(s->joinIn);
+  cudaEventDestroy(s->joinOut);
+  cudaEventDestroy(s->lastDone);
+  cudaStreamDestroy(s->stream);
+  cudaFreeHost((void*)s->abortFlag);
+  guardLeave(comm, &g);
+  freeGraphBufs();
+  free(s);
+  comm->dev = NULL;
+}

@@ -1,0 +1,440 @@
+/* The executor's kernel: one thread block per channel runs that channel's schedule steps in order, with
+ * the Simple protocol over device FIFOs (src/include/exec_dev.h).
+ *
+ * Per slot, the sender: thread 0 waits until the slot is free (tail), the block fills it with 16-byte
+ * vector stores (applying the op where the step says), the block syncs, and thread 0 fences and stores the
+ * slot's size and then head. The receiver: thread 0 waits for head, fences, the block syncs,
+ * the block reads the slot through L2 (ld.global.cg: the slot was written by another SM, or another GPU,
+ * and L1 is not coherent), syncs, and thread 0 stores tail. Every wait watches the communicator's abort
+ * flag (mapped host memory) and its timeout (globaltimer); on either, or on a slot whose size is not what
+ * the step expects, the block records the failure in mapped host memory and all its threads return. */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "elem_ops.cuh"
+#include "exec_dev.h"
+
+namespace {
+using namespace commdev;
+
+#define SPINS_BEFORE_CHECK 256
+
+__device__ __forceinline__ uint64_t globalTimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ uint64_t loadVolatile(const uint64_t* p) { return *(const volatile uint64_t*)p; }
+__device__ __forceinline__ void storeVolatile(uint64_t* p, uint64_t v) { *(volatile uint64_t*)p = v; }
+
+/* Loads through L2 for every width. */
+template <typename T>
+__device__ __forceinline__ T ldcg(const T* p);
+template <>
+__device__ __forceinline__ uint8_t ldcg(const uint8_t* p) { return __ldcg(p); }
+template <>
+__device__ __forceinline__ int8_t ldcg(const int8_t* p) { return (int8_t)__ldcg((const signed char*)p); }
+template <>
+__device__ __forceinline__ uint16_t ldcg(const uint16_t* p) { return __ldcg(p); }
+template <>
+__device__ __forceinline__ uint32_t ldcg(const uint32_t* p) { return __ldcg(p); }
+template <>
+__device__ __forceinline__ int32_t ldcg(const int32_t* p) { return __ldcg(p); }
+template <>
+__device__ __forceinline__ uint64_t ldcg(const uint64_t* p) { return __ldcg((const unsigned long long*)p); }
+template <>
+__device__ __forceinline__ int64_t ldcg(const int64_t* p) { return __ldcg((const long long*)p); }
+template <>
+__device__ __forceinline__ float ldcg(const float* p) { return __ldcg(p); }
+template <>
+__device__ __forceinline__ double ldcg(const double* p) { return __ldcg(p); }
+
+/* ---- Data movement: the block moves n elements ---- */
+
+/* d0 (and d1 when not NULL) = a, raw bytes. */
+__device__ void copyBytes(char* d0, char* d1, const char* a, size_t bytes) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  uintptr_t mis = ((uintptr_t)d0 | (uintptr_t)a | (uintptr_t)(d1 ? d1 : d0)) & 15;
+  size_t nVec = mis ? 0 : bytes / 16;
+  for (size_t v = tid; v < nVec; v += nt) {
+    uint4 x = __ldcg((const uint4*)a + v);
+    ((uint4*)d0)[v] = x;
+    if (d1) ((uint4*)d1)[v] = x;
+  }
+  for (size_t i = nVec * 16 + tid; i < bytes; i += nt) {
+    uint8_t x = __ldcg((const uint8_t*)a + i);
+    d0[i] = (char)x;
+    if (d1) d1[i] = (char)x;
+  }
+}
+
+/* d0 (and d1) = b ? red(a, b) : cpy(a), for family F and op KIND. */
+template <class F, int KIND>
+__device__ void moveT(void* d0v, void* d1v, const void* av, const void* bv, size_t n, const DevArgs& args) {
+  typedef typename F::S S;
+  const int per = sizeof(uint4) / sizeof(S);
+  const int tid = threadIdx.x, nt = blockDim.x;
+  S* d0 = (S*)d0v;
+  S* d1 = (S*)d1v;
+  const S* a = (const S*)av;
+  const S* b = (const S*)bv;
+  uintptr_t mis = ((uintptr_t)d0 | (uintptr_t)a | (uintptr_t)(b ? b : a) | (uintptr_t)(d1 ? d1 : d0)) & 15;
+  size_t nVec = mis ? 0 : n / per;
+  for (size_t v = tid; v < nVec; v += nt) {
+    uint4 va = __ldcg((const uint4*)a + v), vd;
+    const S* ea = (const S*)&va;
+    S* ed = (S*)&vd;
+    if (b) {
+      uint4 vb = __ldcg((const uint4*)b + v);
+      const S* eb = (const S*)&vb;
+#pragma unroll
+      for (int k = 0; k < per; k++) ed[k] = Elem<F>::red(KIND, ea[k], eb[k], args);
+    } else {
+#pragma unroll
+      for (int k = 0; k < per; k++) ed[k] = Elem<F>::cpy(KIND, ea[k], args);
+    }
+    ((uint4*)d0)[v] = vd;
+    if (d1) ((uint4*)d1)[v] = vd;
+  }
+  for (size_t i = nVec * per + tid; i < n; i += nt) {
+    S x = ldcg(a + i);
+    S r = b ? Elem<F>::red(KIND, x, ldcg(b + i), args) : Elem<F>::cpy(KIND, x, args);
+    d0[i] = r;
+    if (d1) d1[i] = r;
+  }
+}
+
+template <class F>
+__device__ void moveKind(int kind, void* d0, void* d1, const void* a, const void* b, size_t n, const DevArgs& args) {
+  switch (kind) {
+    case COMM_REDOP_SUM: moveT<F, COMM_REDOP_SUM>(d0, d1, a, b, n, args); break;
+    case COMM_REDOP_PROD: moveT<F, COMM_REDOP_PROD>(d0, d1, a, b, n, args); break;
+    case COMM_REDOP_MAX: moveT<F, COMM_REDOP_MAX>(d0, d1, a, b, n, args); break;
+    case COMM_REDOP_MIN: moveT<F, COMM_REDOP_MIN>(d0, d1, a, b, n, args); break;
+    case COMM_REDOP_PREMULSUM: moveT<F, COMM_REDOP_PREMULSUM>(d0, d1, a, b, n, args); break;
+    default: moveT<F, COMM_REDOP_SUMPOSTDIV>(d0, d1, a, b, n, args); break;
+  }
+}
+
+struct Plan {
+  const commDevPlanHdr* h;
+  const commDevConn* conns;
+  uint64_t scalarBits;
+};
+
+/* The block moves n elements: d0 (and d1) = b ? a op pre(b) : pre/post(a). A plain copy when the op
+ * does nothing for these flags. */
+__device__ void move(const Plan& p, void* d0, void* d1, const void* a, const void* b, size_t n, int pre, int post) {
+  const commDevPlanHdr* h = p.h;
+  int kind = h->redopKind;
+  if (b == NULL && !((pre && kind == COMM_REDOP_PREMULSUM) || (post && kind == COMM_REDOP_SUMPOSTDIV))) {
+    if (d0 == a && d1 == NULL) return;
+    copyBytes((char*)d0, (char*)d1, (const char*)a, n * h->eltSize);
+    return;
+  }
+  DevArgs args = {p.scalarBits, h->divisor, pre, post};
+#define MOVE_CALL(F) moveKind<F>(kind, d0, d1, a, b, n, args)
+  switch (h->dtype) {
+    case commInt8: MOVE_CALL(I8Fam); break;
+    case commUint8: MOVE_CALL(U8Fam); break;
+    case commInt32: MOVE_CALL(I32Fam); break;
+    case commUint32: MOVE_CALL(U32Fam); break;
+    case commInt64: MOVE_CALL(I64Fam); break;
+    case commUint64: MOVE_CALL(U64Fam); break;
+    case commFloat16: MOVE_CALL(HalfFam); break;
+    case commFloat32: MOVE_CALL(F32Fam); break;
+    case commFloat64: MOVE_CALL(F64Fam); break;
+    case commBfloat16: MOVE_CALL(Bf16Fam); break;
+    case commFloat8e4m3: MOVE_CALL(E4m3Fam); break;
+    default: MOVE_CALL(E5m2Fam); break;
+  }
+#undef MOVE_CALL
+}
+
+/* ---- Waiting (thread 0) ---- */
+
+struct Waiter {
+  const commDevPlanHdr* h;
+  uint64_t lastProgress;
+};
+
+__device__ void reportError(const commDevPlanHdr* h, int code, int channel, int peer, int isSend, uint64_t got,
+                            uint64_t expected) {
+  commDevError* e = h->error;
+  /* The first failure wins (two blocks failing at once may mix their details; either is a true one). Plain
+   * stores: atomics on host memory are not available on every platform. */
+  if (*(volatile int32_t*)&e->code != COMM_DEV_OK) return;
+  e->channel = channel;
+  e->peer = peer;
+  e->isSend = isSend;
+  e->opCount = h->opCount;
+  e->got = got;
+  e->expected = expected;
+  __threadfence_system();
+  *(volatile int32_t*)&e->code = code;
+  __threadfence_system();
+}
+
+/* Has the wait gone on too long, or been aborted? COMM_DEV_OK otherwise. */
+__device__ int checkWait(Waiter& w) {
+  if (*w.h->abortFlag) return COMM_DEV_ABORTED;
+  if (*(volatile int32_t*)&w.h->error->code != COMM_DEV_OK) return COMM_DEV_ABORTED; /* another block failed */
+  if (w.h->timeoutNs && globalTimer() - w.lastProgress > w.h->timeoutNs) return COMM_DEV_TIMEOUT;
+  __nanosleep(100); /* ranks of other processes may share this GPU */
+  return COMM_DEV_OK;
+}
+
+/* Wait until *p >= target. */
+__device__ int waitAtLeast(Waiter& w, const uint64_t* p, uint64_t target) {
+  int spins = 0;
+  while (loadVolatile(p) < target) {
+    if (++spins == SPINS_BEFORE_CHECK) {
+      spins = 0;
+      int r = checkWait(w);
+      if (r != COMM_DEV_OK) return r;
+    }
+  }
+  w.lastProgress = globalTimer();
+  return COMM_DEV_OK;
+}
+
+__shared__ int sErr;
+__shared__ uint64_t sSendPos, sRecvPos, sRecvSize;
+__shared__ int sAction;
+
+/* Thread 0: a free slot on c (its position in sSendPos). */
+__device__ int waitSend(Waiter& w, const commDevConn* c, uint32_t nSlots) {
+  uint64_t pos = loadVolatile(c->pos);
+  sSendPos = pos;
+  return waitAtLeast(w, c->tail, pos + 1 > nSlots ? pos + 1 - nSlots : 0);
+}
+/* Thread 0: a filled slot on c (position in sRecvPos, size in sRecvSize). */
+__device__ int waitRecv(Waiter& w, const commDevConn* c, uint32_t nSlots) {
+  uint64_t pos = loadVolatile(c->pos);
+  sRecvPos = pos;
+  int r = waitAtLeast(w, c->head, pos + 1);
+  if (r == COMM_DEV_OK) {
+    __threadfence(); /* the size was stored before head */
+    sRecvSize = loadVolatile(&c->sizes[pos % nSlots]);
+  }
+  return r;
+}
+/* Thread 0, after the block's barrier: publish a filled slot. The fence is cumulative: it orders the
+ * block's data stores (ordered before it by the barrier) before the size and head stores, for observers on
+ * any GPU or the host. */
+__device__ void postSend(const commDevConn* c, uint32_t nSlots, uint64_t pos, uint64_t bytes) {
+  __threadfence_system();
+  storeVolatile(&c->sizes[pos % nSlots], bytes);
+  __threadfence_system();
+  storeVolatile(c->head, pos + 1);
+  storeVolatile(c->pos, pos + 1);
+}
+__device__ void releaseRecv(const commDevConn* c, uint64_t pos) {
+  storeVolatile(c->tail, pos + 1);
+  storeVolatile(c->pos, pos + 1);
+}
+
+/* Block-wide: thread 0 ran a wait that returned r; everyone learns whether to go on. */
+__device__ bool syncOk(int r) {
+  if (threadIdx.x == 0) {
+    __threadfence();
+    sErr = r;
+  }
+  __syncthreads();
+  return sErr == COMM_DEV_OK;
+}
+
+__device__ void fail(const Plan& p, int code, int channel, int peer, int isSend, uint64_t got, uint64_t expected) {
+  if (threadIdx.x == 0) reportError(p.h, code, channel, peer, isSend, got, expected);
+}
+
+/* One step of channel ch. false: the block stops (failure recorded). */
+__device__ bool runStep(const Plan& p, Waiter& w, int ch, const commDevStep* st) {
+  const commDevPlanHdr* h = p.h;
+  const size_t elt = h->eltSize, piece = h->slotBytes / elt;
+  const uint32_t nSlots = h->nSlots;
+  const commDevConn* sc = st->sendConn >= 0 ? &p.conns[st->sendConn] : NULL;
+  const commDevConn* rc = st->recvConn >= 0 ? &p.conns[st->recvConn] : NULL;
+  const int pre = st->flags & COMM_STEP_PRE, post = st->flags & COMM_STEP_POST;
+  char* src = (char*)st->src;
+  char* dst = (char*)st->dst;
+  const bool tid0 = threadIdx.x == 0;
+
+  switch (st->prim) {
+    case COMM_PRIM_NOP: return true;
+    case COMM_PRIM_COPY:
+      move(p, dst, NULL, src, NULL, st->count, pre, post);
+      return true;
+    case COMM_PRIM_REDUCE:
+      move(p, dst, NULL, dst, src, st->count, pre, post);
+      return true;
+    case COMM_PRIM_SEND:
+    case COMM_PRIM_COPY_SEND:
+      for (size_t done = 0; done < st->count;) {
+        size_t n = min(piece, (size_t)st->count - done);
+        if (!syncOk(tid0 ? waitSend(w, sc, nSlots) : 0)) {
+          fail(p, sErr, ch, st->sendPeer, 1, 0, 0);
+          return false;
+        }
+        uint64_t pos = sSendPos;
+        char* slot = sc->slots + (pos % nSlots) * h->slotBytes;
+        char* s = src + done * elt;
+        char* d = st->prim == COMM_PRIM_COPY_SEND && (dst != src || pre || post) ? dst + done * elt : NULL;
+        move(p, slot, d, s, NULL, n, pre, post);
+        __syncthreads();
+        if (tid0) postSend(sc, nSlots, pos, n * elt);
+        done += n;
+      }
+      return true;
+    case COMM_PRIM_RECV:
+    case COMM_PRIM_RECV_REDUCE_COPY:
+      for (size_t done = 0; done < st->count;) {
+        size_t n = min(piece, (size_t)st->count - done);
+        if (!syncOk(tid0 ? waitRecv(w, rc, nSlots) : 0)) {
+          fail(p, sErr, ch, st->recvPeer, 0, 0, 0);
+          return false;
+        }
+        uint64_t pos = sRecvPos;
+        if (sRecvSize != n * elt) {
+          fail(p, COMM_DEV_SIZE_MISMATCH, ch, st->recvPeer, 0, sRecvSize, n * elt);
+          return false;
+        }
+        const char* slot = rc->slots + (pos % nSlots) * h->slotBytes;
+        if (st->prim == COMM_PRIM_RECV) move(p, dst + done * elt, NULL, slot, NULL, n, 0, post);
+        else move(p, dst + done * elt, NULL, slot, src + done * elt, n, pre, post);
+        __syncthreads();
+        if (tid0) releaseRecv(rc, pos);
+        done += n;
+      }
+      return true;
+    case COMM_PRIM_RECV_REDUCE_SEND:
+    case COMM_PRIM_RECV_COPY_SEND:
+    case COMM_PRIM_RECV_REDUCE_COPY_SEND:
+      for (size_t done = 0; done < st->count;) {
+        size_t n = min(piece, (size_t)st->count - done);
+        /* Both waits in thread 0, one block-wide decision (a second sync would race with the first's
+         * readers). */
+        int r = COMM_DEV_OK, sendFailed = 0;
+        if (tid0) {
+          r = waitRecv(w, rc, nSlots);
+          if (r == COMM_DEV_OK) sendFailed = (r = waitSend(w, sc, nSlots)) != COMM_DEV_OK;
+        }
+        if (!syncOk(r)) {
+          if (sendFailed) fail(p, sErr, ch, st->sendPeer, 1, 0, 0);
+          else fail(p, sErr, ch, st->recvPeer, 0, 0, 0);
+          return false;
+        }
+        uint64_t rpos = sRecvPos, spos = sSendPos;
+        if (sRecvSize != n * elt) {
+          fail(p, COMM_DEV_SIZE_MISMATCH, ch, st->recvPeer, 0, sRecvSize, n * elt);
+          return false;
+        }
+        const char* in = rc->slots + (rpos % nSlots) * h->slotBytes;
+        char* out = sc->slots + (spos % nSlots) * h->slotBytes;
+        size_t off = done * elt;
+        if (st->prim == COMM_PRIM_RECV_REDUCE_SEND) move(p, out, NULL, in, src + off, n, pre, post);
+        else if (st->prim == COMM_PRIM_RECV_COPY_SEND) move(p, dst + off, out, in, NULL, n, 0, post);
+        else move(p, dst + off, out, in, src + off, n, pre, post);
+        __syncthreads();
+        if (tid0) {
+          postSend(sc, nSlots, spos, n * elt);
+          releaseRecv(rc, rpos);
+        }
+        done += n;
+      }
+      return true;
+    case COMM_PRIM_SEND_RECV: {
+      size_t sendCount = sc ? st->count : 0, recvCount = rc ? st->recvCount : 0;
+      size_t sendDone = 0, recvDone = 0;
+      /* Both directions at once: thread 0 picks whichever side is ready, so two ranks exchanging more than
+       * a FIFO holds never wait on each other. */
+      while (sendDone < sendCount || recvDone < recvCount) {
+        if (tid0) {
+          int r = COMM_DEV_OK, action = 0, spins = 0;
+          uint64_t spos = sendDone < sendCount ? loadVolatile(sc->pos) : 0;
+          uint64_t rpos = recvDone < recvCount ? loadVolatile(rc->pos) : 0;
+          for (;;) {
+            if (sendDone < sendCount && loadVolatile(sc->tail) + nSlots >= spos + 1) {
+              action = 1;
+              sSendPos = spos;
+              break;
+            }
+            if (recvDone < recvCount && loadVolatile(rc->head) >= rpos + 1) {
+              action = 2;
+              sRecvPos = rpos;
+              sRecvSize = loadVolatile(&rc->sizes[rpos % nSlots]);
+              break;
+            }
+            if (++spins == SPINS_BEFORE_CHECK) {
+              spins = 0;
+              r = checkWait(w);
+              if (r != COMM_DEV_OK) break;
+            }
+          }
+          if (r == COMM_DEV_OK) w.lastProgress = globalTimer();
+          sAction = action;
+          __threadfence();
+          sErr = r;
+        }
+        __syncthreads();
+        if (sErr != COMM_DEV_OK) {
+          fail(p, sErr, ch, sendDone < sendCount ? st->sendPeer : st->recvPeer, sendDone < sendCount, 0, 0);
+          return false;
+        }
+        if (sAction == 1) {
+          size_t n = min(piece, sendCount - sendDone);
+          uint64_t pos = sSendPos;
+          move(p, sc->slots + (pos % nSlots) * h->slotBytes, NULL, src + sendDone * elt, NULL, n, pre, 0);
+          __syncthreads();
+          if (tid0) postSend(sc, nSlots, pos, n * elt);
+          sendDone += n;
+        } else {
+          size_t n = min(piece, recvCount - recvDone);
+          uint64_t pos = sRecvPos;
+          if (sRecvSize != n * elt) {
+            fail(p, COMM_DEV_SIZE_MISMATCH, ch, st->recvPeer, 0, sRecvSize, n * elt);
+            return false;
+          }
+          move(p, dst + recvDone * elt, NULL, rc->slots + (pos % nSlots) * h->slotBytes, NULL, n, 0, 0);
+          __syncthreads();
+          if (tid0) releaseRecv(rc, pos);
+          recvDone += n;
+        }
+      }
+      return true;
+    }
+    default: return true; /* the host refuses unknown primitives before launch */
+  }
+}
+
+/* __grid_constant__: the plan is read in place from the parameter space (taking its address would otherwise
+ * copy all of it into every thread's local memory first). */
+__global__ void __launch_bounds__(COMM_DEV_THREADS) execKernel(const __grid_constant__ commDevArgs args) {
+  const commDevPlanHdr* h = &args.hdr;
+  const int ch = blockIdx.x;
+  const char* base = h->planAddr ? (const char*)h->planAddr : args.inl.bytes;
+  Plan p;
+  p.h = h;
+  p.conns = (const commDevConn*)base;
+  const commDevStep* steps = (const commDevStep*)(base + (size_t)h->nConns * sizeof(commDevConn));
+  p.scalarBits = h->scalarBits;
+  if (h->scalarAddr) { /* a device-resident PREMULSUM scalar, read now */
+    const uint8_t* s = (const uint8_t*)h->scalarAddr;
+    uint64_t bits = 0;
+    for (uint32_t i = 0; i < h->eltSize; i++) bits |= (uint64_t)s[i] << (8 * i);
+    p.scalarBits = bits;
+  }
+  Waiter w = {h, globalTimer()};
+  for (int s = h->stepBegin[ch]; s < h->stepBegin[ch + 1]; s++) {
+    commDevStep st = steps[s];
+    if (!runStep(p, w, ch, &st)) return;
+    __syncthreads();
+  }
+}
+
+}  // namespace
+
+extern "C" int commDevLaunch(const commDevArgs* args, void* stream) {
+  execKernel<<<args->hdr.nChannels, COMM_DEV_THREADS, 0, (cudaStream_t)stream>>>(*args);
+  return (int)cudaGetLastError();
+}

@@ -1,0 +1,115 @@
+/* The CUDA executor: collectives and send/recv on device buffers, run by one kernel launch per plan on
+ * the communicator's own stream (src/exec/cuda/). Built when the CUDA toolkit is found (COMM_HAVE_CUDA);
+ * without it, device buffers are refused with a WARN at the API.
+ *
+ * A launch carries a device plan: the connections its steps use and the steps of every channel, with
+ * buffer references already turned into device addresses. Small plans travel inside the kernel's
+ * parameters (nothing to copy, and a CUDA graph captures them by value); larger ones in pinned, mapped
+ * host memory the kernel reads directly. One thread block runs each channel's steps in order. */
+#ifndef COMM_EXEC_DEV_H_
+#define COMM_EXEC_DEV_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "schedule.h"
+
+/* One direction of a device connection, as the kernel uses it. The FIFO (slots, sizes, head) is in the
+ * receiver's device memory; tail is in the sender's, so each side polls only its own memory. pos is the
+ * side's own count of slots posted (sender) or drained (receiver), in its own memory. */
+typedef struct {
+  char* slots;        /* nSlots * slotBytes, receiver's memory */
+  uint64_t* head;     /* slots posted: written by the sender, polled by the receiver */
+  uint64_t* sizes;    /* [nSlots] bytes in each slot */
+  uint64_t* tail;     /* slots drained: written by the receiver, polled by the sender */
+  uint64_t* pos;      /* this side's position */
+} commDevConn;
+
+typedef struct {
+  uint8_t prim;       /* commPrim_t */
+  uint8_t flags;      /* COMM_STEP_* */
+  uint16_t pad;
+  int32_t sendConn;   /* index into the plan's connections, -1: none */
+  int32_t recvConn;
+  int32_t sendPeer;   /* ranks, for error reports */
+  int32_t recvPeer;
+  uint32_t pad2;
+  uint64_t src, dst;  /* device addresses */
+  uint64_t count, recvCount; /* elements */
+} commDevStep;
+
+/* What a kernel reports when it gives up (pinned host memory, read by commGetAsyncError). */
+enum { COMM_DEV_OK = 0, COMM_DEV_ABORTED = 1, COMM_DEV_TIMEOUT = 2, COMM_DEV_SIZE_MISMATCH = 3 };
+typedef struct {
+  int32_t code;       /* COMM_DEV_* of the first failure */
+  int32_t channel, peer, isSend;
+  uint64_t opCount;
+  uint64_t got, expected; /* bytes (size mismatch) */
+} commDevError;
+
+#define COMM_DEV_INLINE_BYTES 2048 /* plan bytes carried in the kernel's parameters */
+#define COMM_DEV_THREADS 512
+
+typedef struct {
+  uint64_t planAddr;  /* device-visible address of conns then steps; 0: in the parameters' inline area */
+  int32_t nChannels, nConns;
+  int32_t stepBegin[COMM_MAX_CHANNELS + 1]; /* channel c runs steps [stepBegin[c], stepBegin[c+1]) */
+  int32_t dtype, redopKind;
+  uint64_t scalarBits, divisor;
+  uint64_t scalarAddr; /* device address of a PREMULSUM scalar read at run time (0: scalarBits) */
+  uint64_t slotBytes;
+  uint32_t nSlots, eltSize;
+  volatile int32_t* abortFlag; /* mapped host memory, set by commAbort */
+  commDevError* error;         /* mapped host memory */
+  uint64_t timeoutNs;          /* without progress (0: never) */
+  uint64_t opCount;
+} commDevPlanHdr;
+
+typedef struct {
+  commDevPlanHdr hdr;
+  union {
+    uint64_t align;
+    char bytes[COMM_DEV_INLINE_BYTES];
+  } inl;
+} commDevArgs;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* src/exec/cuda/exec_kernel.cu: launch the executor's kernel, one block per channel. cudaError_t. */
+int commDevLaunch(const commDevArgs* args, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#ifndef __CUDACC__
+struct commComm;
+struct commPlan;
+struct commConn;
+
+/* src/exec/cuda/exec_dev.c. Every function returns commInvalidUsage with a WARN in a build without CUDA. */
+/* Enqueue plans (all of one communicator, on device buffers) on its stream, joined to the callers'
+ * streams (streams[i] of plans[i]) in both directions. Returns without waiting for the GPU. */
+commResult_t commDevRunPlans(struct commComm* comm, struct commPlan** plans, int nPlans);
+/* The executor's state of comm (stream, events, abort and error words), made on first use. */
+commResult_t commDevEnsure(struct commComm* comm);
+/* Scratch space in device memory for plans that need it (kept until the communicator goes). */
+commResult_t commDevScratch(struct commComm* comm, size_t bytes, void** scratch);
+/* A failure a kernel of comm reported, or a CUDA error of its stream (commSuccess if none); sets the
+ * communicator's async error once, with a WARN. */
+commResult_t commDevPollError(struct commComm* comm);
+/* Wait until every operation enqueued on comm has finished (finalize); kernels end on abort or timeout. */
+commResult_t commDevSync(struct commComm* comm);
+/* Tell running kernels to stop (commAbort). */
+void commDevAbort(struct commComm* comm);
+/* Release the executor's state (after commDevSync or commDevAbort). */
+void commDevFree(struct commComm* comm);
+/* Is the CUDA executor in this build? */
+int commDevAvailable(void);
+/* The kernel's view of a P2P connection (transports/p2p/p2p.c). */
+commResult_t commP2pDevConn(const struct commConn* conn, commDevConn* out);
+#endif
+
+#endif

@@ -1,0 +1,181 @@
+/* The P2P transport: device-buffer connections between ranks of one host, for the CUDA executor.
+ *
+ * The receiver's FIFO (head, sizes, slots) is in the receiver's device memory; the sender's block (tail)
+ * in the sender's, so each side polls only its own memory and writes the other's. Ranks of one process
+ * use each other's pointers directly (peer access is enabled when their GPUs differ; several ranks may
+ * share one GPU); ranks of different processes open each other's blocks through CUDA IPC handles carried
+ * in the connect messages. Each side also keeps its position (slots posted or drained) in its own block. */
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "debug.h"
+#include "exec_dev.h"
+#include "transport.h"
+#include "utils.h"
+
+/* Block layouts (bytes). Receiver: head, its position, sizes, then the slots. Sender: tail, position. */
+#define P2P_HEAD_OFF 0
+#define P2P_POS_OFF 64
+#define P2P_SIZES_OFF 128
+#define P2P_SLOTS_OFF 256
+#define P2P_TAIL_OFF 0
+#define P2P_SEND_BYTES 128
+
+typedef struct {
+  int32_t pid;
+  int32_t dev;
+  uint64_t hostHash;
+  uint64_t ptr;                 /* the block, in the owner's address space */
+  cudaIpcMemHandle_t handle;    /* the block, for another process */
+} p2pInfo;
+
+typedef struct {
+  char* local;   /* this side's block */
+  char* remote;  /* the other side's block, as this process addresses it */
+  int remoteIpc; /* remote came from cudaIpcOpenMemHandle */
+} p2pState;
+
+static commResult_t cudaFail(const char* what, cudaError_t err) {
+  WARN("P2P transport: %s failed: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
+  return commUnhandledCudaError;
+}
+
+static commResult_t onDevice(const commComm* comm, int* saved) {
+  cudaError_t e = cudaGetDevice(saved);
+  if (e != cudaSuccess) return cudaFail("cudaGetDevice", e);
+  if (*saved != comm->cudaDev && (e = cudaSetDevice(comm->cudaDev)) != cudaSuccess) return cudaFail("cudaSetDevice", e);
+  return commSuccess;
+}
+static void offDevice(const commComm* comm, int saved) {
+  if (saved != comm->cudaDev) cudaSetDevice(saved);
+}
+
+static commResult_t allocBlock(commComm* comm, commConn* conn, size_t bytes, void* infoOut) {
+  p2pState* st = NULL;
+  COMMCHECK(commCalloc(&st, 1, sizeof(*st)));
+  conn->priv = st;
+  int saved;
+  COMMCHECK(onDevice(comm, &saved));
+  commResult_t res = commSuccess;
+  cudaError_t e = cudaMalloc((void**)&st->local, bytes);
+  if (e != cudaSuccess) {
+    res = cudaFail("cudaMalloc of a FIFO", e);
+    goto out;
+  }
+  if ((e = cudaMemset(st->local, 0, bytes)) != cudaSuccess) {
+    res = cudaFail("cudaMemset", e);
+    goto out;
+  }
+  p2pInfo info;
+  memset(&info, 0, sizeof(info));
+  info.pid = (int32_t)getpid();
+  info.dev = comm->cudaDev;
+  info.hostHash = comm->peers[comm->rank].hostHash;
+  info.ptr = (uint64_t)(uintptr_t)st->local;
+  if ((e = cudaIpcGetMemHandle(&info.handle, st->local)) != cudaSuccess) {
+    /* Ranks of this process can still connect; another process cannot. */
+    INFO(COMM_INIT, "P2P transport: no IPC handle for a FIFO (%s); only ranks of this process can use it",
+         cudaGetErrorString(e));
+    cudaGetLastError();
+    memset(&info.handle, 0, sizeof(info.handle));
+  }
+  memcpy(infoOut, &info, sizeof(info));
+out:
+  offDevice(comm, saved);
+  return res;
+}
+
+/* Address the peer's block described by info. */
+static commResult_t openRemote(commComm* comm, commConn* conn, const void* infoIn) {
+  p2pState* st = conn->priv;
+  p2pInfo info;
+  memcpy(&info, infoIn, sizeof(info));
+  int saved;
+  COMMCHECK(onDevice(comm, &saved));
+  commResult_t res = commSuccess;
+  cudaError_t e;
+  if (info.pid == (int32_t)getpid() && info.hostHash == comm->peers[comm->rank].hostHash) {
+    st->remote = (char*)(uintptr_t)info.ptr;
+    if (info.dev != comm->cudaDev) {
+      int can = 0;
+      cudaDeviceCanAccessPeer(&can, comm->cudaDev, info.dev);
+      if (!can) {
+        WARN("P2P transport: GPU %d cannot access GPU %d directly (rank %d, channel %d)", comm->cudaDev, info.dev,
+             conn->peer, conn->channel);
+        res = commSystemError;
+        goto out;
+      }
+      e = cudaDeviceEnablePeerAccess(info.dev, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
+      else if (e != cudaSuccess) {
+        res = cudaFail("cudaDeviceEnablePeerAccess", e);
+        goto out;
+      }
+    }
+  } else {
+    e = cudaIpcOpenMemHandle((void**)&st->remote, info.handle, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+      res = cudaFail("cudaIpcOpenMemHandle (the peer rank runs in another process)", e);
+      goto out;
+    }
+    st->remoteIpc = 1;
+  }
+out:
+  offDevice(comm, saved);
+  return res;
+}
+
+static commResult_t p2pRecvSetup(commComm* comm, commConn* conn, void* info) {
+  conn->slotBytes = comm->slotBytes;
+  conn->nSlots = comm->nSlots;
+  return allocBlock(comm, conn, P2P_SLOTS_OFF + (size_t)comm->nSlots * comm->slotBytes, info);
+}
+
+static commResult_t p2pSendConnect(commComm* comm, commConn* conn, const void* info, void* ack) {
+  conn->slotBytes = comm->slotBytes;
+  conn->nSlots = comm->nSlots;
+  COMMCHECK(allocBlock(comm, conn, P2P_SEND_BYTES, ack));
+  return openRemote(comm, conn, info);
+}
+
+static commResult_t p2pRecvConnect(commComm* comm, commConn* conn, const void* ack) {
+  return openRemote(comm, conn, ack);
+}
+
+static commResult_t p2pClose(commComm* comm, commConn* conn) {
+  p2pState* st = conn->priv;
+  if (st == NULL) return commSuccess;
+  int saved;
+  if (onDevice(comm, &saved) == commSuccess) {
+    if (st->remoteIpc && st->remote) cudaIpcCloseMemHandle(st->remote);
+    if (st->local) cudaFree(st->local);
+    offDevice(comm, saved);
+  }
+  free(st);
+  conn->priv = NULL;
+  return commSuccess;
+}
+
+commResult_t commP2pDevConn(const commConn* conn, commDevConn* out) {
+  const p2pState* st = conn->priv;
+  if (st == NULL || st->local == NULL || st->remote == NULL) {
+    WARN("P2P transport: connection %s rank %d on channel %d is not connected", conn->isSend ? "to" : "from",
+         conn->peer, conn->channel);
+    return commInternalError;
+  }
+  char* recvBlock = conn->isSend ? st->remote : st->local;
+  char* sendBlock = conn->isSend ? st->local : st->remote;
+  out->slots = recvBlock + P2P_SLOTS_OFF;
+  out->head = (uint64_t*)(recvBlock + P2P_HEAD_OFF);
+  out->sizes = (uint64_t*)(recvBlock + P2P_SIZES_OFF);
+  out->tail = (uint64_t*)(sendBlock + P2P_TAIL_OFF);
+  out->pos = (uint64_t*)(st->local + P2P_POS_OFF);
+  return commSuccess;
+}
+
+const commTransport commTransportP2p = {
+    "P2P", p2pRecvSetup, p2pSendConnect, p2pRecvConnect, NULL, NULL, p2pClose,
+};
