@@ -129,7 +129,8 @@ static commResult_t enqueueChecked(const apiDesc* d, const void* sendbuff, void*
   }
   int sendDev, recvDev, onDevice;
   COMMCHECKGOTO(checkPtr(d, sendbuff, "sendbuff", sendBytes, &sendDev), res, out);
-  COMMCHECKGOTO(checkPtr(d, recvbuff, "recvbuff", recvBytes, &recvDev), res, out);
+  if (recvbuff == sendbuff && sendBytes > 0 && recvBytes > 0) recvDev = sendDev; /* in place: asked once */
+  else COMMCHECKGOTO(checkPtr(d, recvbuff, "recvbuff", recvBytes, &recvDev), res, out);
   COMMCHECKGOTO(checkMemory(d, comm, sendbuff, sendDev, recvbuff, recvDev, sendBytes > 0, recvBytes > 0, &onDevice),
                 res, out);
   if (d->hasOp) COMMCHECKGOTO(commRedOpResolve(comm, op, dtype, onDevice, &task.redop, &task.devScalar), res, out);

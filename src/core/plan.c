@@ -18,7 +18,7 @@ static int isReductionFunc(commFunc_t f) {
 /* Device plans: channels per collective. Every rank must pick the same count, so it follows from what all
  * ranks know: the most ranks sharing one GPU. One block runs each channel and the blocks of all ranks on
  * a GPU must be resident at once (they wait on each other), so they share a budget of blocks per GPU. */
-#define DEV_BLOCKS_PER_GPU 64
+#define DEV_BLOCKS_PER_GPU 128
 #define DEV_BYTES_PER_CHANNEL (512 << 10) /* fewer channels for smaller messages: latency, not bandwidth */
 static int devMaxChannels(commComm* comm) {
   if (comm->devMaxChannels > 0) return comm->devMaxChannels;
@@ -29,7 +29,7 @@ static int devMaxChannels(commComm* comm) {
       same += comm->peers[j].hostHash == comm->peers[i].hostHash && comm->peers[j].cudaDev == comm->peers[i].cudaDev;
     if (same > most) most = same;
   }
-  int cap = (int)commParamInt("COMM_DEV_NCHANNELS", 16, 1, COMM_MAX_CHANNELS);
+  int cap = (int)commParamInt("COMM_DEV_NCHANNELS", 32, 1, COMM_MAX_CHANNELS);
   int fit = DEV_BLOCKS_PER_GPU / most;
   comm->devMaxChannels = fit < 1 ? 1 : fit < cap ? fit : cap;
   return comm->devMaxChannels;

@@ -23,6 +23,8 @@ typedef struct {
   uint64_t* sizes;    /* [nSlots] bytes in each slot */
   uint64_t* tail;     /* slots drained: written by the receiver, polled by the sender */
   uint64_t* pos;      /* this side's position */
+  uint32_t sysScope;  /* the peer is another GPU (or the host): fences at system scope, else GPU scope */
+  uint32_t pad;
 } commDevConn;
 
 typedef struct {
@@ -47,7 +49,8 @@ typedef struct {
   uint64_t got, expected; /* bytes (size mismatch) */
 } commDevError;
 
-#define COMM_DEV_INLINE_BYTES 2048 /* plan bytes carried in the kernel's parameters */
+#define COMM_DEV_INLINE_BYTES 2048 /* most plan bytes carried in the kernel's parameters */
+#define COMM_DEV_INLINE_SMALL 512   /* a kernel variant with less to copy per launch, for small plans */
 #define COMM_DEV_THREADS 512
 
 typedef struct {
@@ -77,8 +80,9 @@ typedef struct {
 extern "C" {
 #endif
 
-/* src/exec/cuda/exec_kernel.cu: launch the executor's kernel, one block per channel. cudaError_t. */
-int commDevLaunch(const commDevArgs* args, void* stream);
+/* src/exec/cuda/exec_kernel.cu: launch the executor's kernel, one block per channel, with the first
+ * inlineBytes of args->inl (the variant with the smallest parameters that holds them). cudaError_t. */
+int commDevLaunch(const commDevArgs* args, size_t inlineBytes, void* stream);
 
 #ifdef __cplusplus
 }

@@ -3,16 +3,17 @@
 #
 #   tests/gpu/run_on_gpu.sh build   [BUILD_DIR]   (here, with nvcc) configure and build the GPU parts in
 #                                                 BUILD_DIR (default build-gpu/, RelWithDebInfo, sm_90) and
-#                                                 copy the shared libraries they need into BUILD_DIR/lib,
-#                                                 so the directory can be carried to a machine without them
+#                                                 copy the shared libraries they need into BUILD_DIR/lib;
+#                                                 the binaries and libraries alone go to BUILD_DIR-carry,
+#                                                 small enough to carry to a machine without them
 #   tests/gpu/run_on_gpu.sh run     [BUILD_DIR]   (on the GPU machine) run every GPU test, each once plainly
 #                                                 and a representative subset under compute-sanitizer
 #                                                 memcheck and racecheck, then the GPU benchmarks and perf
 #                                                 on device buffers; logs and a summary under $OUT (or
 #                                                 BUILD_DIR/gpu-logs); prints PASS / FAIL / SKIP per case
 #
-# With the device tool: `tests/gpu/run_on_gpu.sh build` here, then run `tests/gpu/run_on_gpu.sh run` there
-# with carry ["build-gpu"]. Exit: 0 when nothing failed (skips included), 1 otherwise.
+# With the device tool: `tests/gpu/run_on_gpu.sh build` here, then run `tests/gpu/run_on_gpu.sh run
+# build-gpu-carry` there with carry ["build-gpu-carry"]. Exit: 0 when nothing failed (skips included), 1 otherwise.
 # SPDX-License-Identifier: Apache-2.0
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -42,7 +43,12 @@ case $MODE in
     for t in "${TESTS[@]%% *}" "${BENCHES[@]%% *}"; do
       ldd "$BUILD/$t" | awk '/=> \// {print $3}' | grep -E 'libcomm|hwloc|cmocka|udev' | xargs -r -I{} cp -L {} "$BUILD/lib/"
     done
-    echo "run_on_gpu: built in $BUILD; carry it and run: tests/gpu/run_on_gpu.sh run $BUILD"
+    # What the GPU machine needs, without the objects: the binaries and libraries under $BUILD-carry.
+    rm -rf "$BUILD-carry" && mkdir -p "$BUILD-carry" && cp -r "$BUILD/lib" "$BUILD-carry/"
+    for t in "${TESTS[@]%% *}" "${BENCHES[@]%% *}"; do
+      mkdir -p "$BUILD-carry/$(dirname "$t")" && cp "$BUILD/$t" "$BUILD-carry/$t"
+    done
+    echo "run_on_gpu: built in $BUILD; carry $BUILD-carry and run: tests/gpu/run_on_gpu.sh run $BUILD-carry"
     ;;
   run)
     [[ -d $BUILD ]] || { echo "run_on_gpu: no $BUILD (build it first: tests/gpu/run_on_gpu.sh build)"; exit 1; }

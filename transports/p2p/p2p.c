@@ -33,6 +33,9 @@ typedef struct {
 } p2pInfo;
 
 typedef struct {
+  int localDev;  /* this side's GPU */
+  int peerDev;   /* the other side's GPU (same host) */
+  int peerPid;
   char* local;   /* this side's block */
   char* remote;  /* the other side's block, as this process addresses it */
   int remoteIpc; /* remote came from cudaIpcOpenMemHandle */
@@ -57,6 +60,8 @@ static commResult_t allocBlock(commComm* comm, commConn* conn, size_t bytes, voi
   p2pState* st = NULL;
   COMMCHECK(commCalloc(&st, 1, sizeof(*st)));
   conn->priv = st;
+  st->localDev = comm->cudaDev;
+  st->peerDev = -1;
   int saved;
   COMMCHECK(onDevice(comm, &saved));
   commResult_t res = commSuccess;
@@ -93,6 +98,8 @@ static commResult_t openRemote(commComm* comm, commConn* conn, const void* infoI
   p2pState* st = conn->priv;
   p2pInfo info;
   memcpy(&info, infoIn, sizeof(info));
+  st->peerDev = info.dev;
+  st->peerPid = info.pid;
   int saved;
   COMMCHECK(onDevice(comm, &saved));
   commResult_t res = commSuccess;
@@ -173,6 +180,9 @@ commResult_t commP2pDevConn(const commConn* conn, commDevConn* out) {
   out->sizes = (uint64_t*)(recvBlock + P2P_SIZES_OFF);
   out->tail = (uint64_t*)(sendBlock + P2P_TAIL_OFF);
   out->pos = (uint64_t*)(st->local + P2P_POS_OFF);
+  /* Both ends on one GPU (any process): GPU-scope fences order the FIFO; across GPUs, system scope. */
+  out->sysScope = st->peerDev != st->localDev;
+  out->pad = 0;
   return commSuccess;
 }
 

@@ -304,14 +304,17 @@ static commResult_t giveToGraph(cudaStream_t stream, void* host) {
   return commSuccess;
 }
 
+#define STACK_CONN_KEYS 64
+
 static commResult_t launchPlan(commComm* comm, const commPlan* plan, cudaStream_t stream, int capturing) {
   commDevState* s = comm->dev;
   static __thread commDevArgs args; /* 2 KB: off the stack */
-  connKey* keys = NULL;
+  connKey keysStack[STACK_CONN_KEYS];
+  connKey* keys = keysStack;
   commResult_t res = commSuccess;
   size_t maxConns = 0;
   for (int c = 0; c < plan->sched.nChannels; c++) maxConns += 2 * (size_t)plan->sched.channels[c].nSteps;
-  COMMCHECK(commCalloc(&keys, maxConns ? maxConns : 1, sizeof(*keys)));
+  if (maxConns > STACK_CONN_KEYS) COMMCHECK(commCalloc(&keys, maxConns, sizeof(*keys)));
   memset(&args.hdr, 0, sizeof(args.hdr));
   commDevPlanHdr* h = &args.hdr;
   size_t bytes = 0;
@@ -340,7 +343,7 @@ static commResult_t launchPlan(commComm* comm, const commPlan* plan, cudaStream_
   }
   COMMCHECKGOTO(buildDevPlan(comm, plan, keys, h, area, &bytes), res, out);
   if (h->nChannels > 0) {
-    cudaError_t e = (cudaError_t)commDevLaunch(&args, stream);
+    cudaError_t e = (cudaError_t)commDevLaunch(&args, h->planAddr ? 0 : bytes, stream);
     if (e != cudaSuccess) {
       res = cudaFail("the executor's kernel launch", e);
       goto out;
@@ -356,7 +359,7 @@ static commResult_t launchPlan(commComm* comm, const commPlan* plan, cudaStream_
        comm->rank, commFuncName(plan->func), (unsigned long long)plan->opCount, h->nChannels, h->nConns, bytes,
        h->planAddr ? "in pinned memory" : "in the launch parameters");
 out:
-  free(keys);
+  if (keys != keysStack) free(keys);
   return res;
 }
 
@@ -392,35 +395,44 @@ commResult_t commDevRunPlans(commComm* comm, commPlan** plans, int nPlans) {
   }
   /* The kernels of a communicator run one after another (FIFO positions carry over), and each is ordered
    * after the work queued before the call on its caller's streams, and before the work queued after.
-   * One caller stream, outside capture: launch on it, after the previous launch if that was on another
-   * stream; no join costs. Otherwise (several streams in a group, graph capture, COMM_DEV_STREAM_JOIN=1):
+   * One caller stream: launch on it, after the previous launch if that was on another stream; no join
+   * costs (in a graph too: the captured kernels chain on the caller's stream). Otherwise (several streams
+   * in a group, COMM_DEV_STREAM_JOIN=1):
    * the executor's stream waits for every caller stream, runs the plans, and every caller stream waits
    * for it. */
-  if (nStreams == 1 && !capturing && !s->alwaysJoin) {
+  if (nStreams == 1 && !s->alwaysJoin) {
     cudaStream_t st = streams[0];
-    if (s->haveLast && s->lastStream != st) CUDACHECKGOTO(cudaStreamWaitEvent(st, s->lastDone, 0), res, out);
-    for (int p = 0; p < nPlans; p++) COMMCHECKGOTO(launchPlan(comm, plans[p], st, 0), res, out);
-    CUDACHECKGOTO(cudaEventRecord(s->lastDone, st), res, out);
-    s->lastStream = st;
-    s->haveLast = 1;
+    /* (A graph being captured cannot depend on work outside it: its replays are ordered by the caller's
+     * streams, as every launch outside it is.) */
+    if (!capturing && s->haveLast && s->lastStream != st)
+      CUDACHECKGOTO(cudaStreamWaitEvent(st, s->lastDone, 0), res, out);
+    for (int p = 0; p < nPlans; p++) COMMCHECKGOTO(launchPlan(comm, plans[p], st, capturing), res, out);
+    if (!capturing) {
+      CUDACHECKGOTO(cudaEventRecord(s->lastDone, st), res, out);
+      s->lastStream = st;
+      s->haveLast = 1;
+    }
     goto out;
   }
+  /* The hub the plans run on: the executor's stream; inside graph capture the first caller stream (the
+   * executor's stream joined into a capture did not keep long captured chains in order). */
+  cudaStream_t hub = capturing ? streams[0] : s->stream;
   for (int i = 0; i < nStreams; i++) {
+    if (streams[i] == hub) continue;
     CUDACHECKGOTO(cudaEventRecord(s->joinIn, streams[i]), res, out);
-    CUDACHECKGOTO(cudaStreamWaitEvent(s->stream, s->joinIn, 0), res, out);
+    CUDACHECKGOTO(cudaStreamWaitEvent(hub, s->joinIn, 0), res, out);
   }
-  /* (A graph being captured cannot depend on uncaptured work: its replays are ordered by the caller's
-   * streams, as every launch outside it is.) */
-  if (!capturing && s->haveLast && s->lastStream != s->stream)
-    CUDACHECKGOTO(cudaStreamWaitEvent(s->stream, s->lastDone, 0), res, out);
-  for (int p = 0; p < nPlans; p++) COMMCHECKGOTO(launchPlan(comm, plans[p], s->stream, capturing), res, out);
+  if (!capturing && s->haveLast && s->lastStream != hub)
+    CUDACHECKGOTO(cudaStreamWaitEvent(hub, s->lastDone, 0), res, out);
+  for (int p = 0; p < nPlans; p++) COMMCHECKGOTO(launchPlan(comm, plans[p], hub, capturing), res, out);
   if (!capturing) {
-    CUDACHECKGOTO(cudaEventRecord(s->lastDone, s->stream), res, out);
-    s->lastStream = s->stream;
+    CUDACHECKGOTO(cudaEventRecord(s->lastDone, hub), res, out);
+    s->lastStream = hub;
     s->haveLast = 1;
   }
-  CUDACHECKGOTO(cudaEventRecord(s->joinOut, s->stream), res, out);
-  for (int i = 0; i < nStreams; i++) CUDACHECKGOTO(cudaStreamWaitEvent(streams[i], s->joinOut, 0), res, out);
+  CUDACHECKGOTO(cudaEventRecord(s->joinOut, hub), res, out);
+  for (int i = 0; i < nStreams; i++)
+    if (streams[i] != hub) CUDACHECKGOTO(cudaStreamWaitEvent(streams[i], s->joinOut, 0), res, out);
 out:
   guardLeave(comm, &g);
   return res;

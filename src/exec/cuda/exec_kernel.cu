@@ -10,6 +10,7 @@
  * the step expects, the block records the failure in mapped host memory and all its threads return. */
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "elem_ops.cuh"
 #include "exec_dev.h"
@@ -51,21 +52,57 @@ __device__ __forceinline__ double ldcg(const double* p) { return __ldcg(p); }
 
 /* ---- Data movement: the block moves n elements ---- */
 
+/* Vectors in flight per thread: loads are issued together before their stores, so one thread keeps
+ * several 16-byte requests outstanding (one block per channel must saturate its share of memory). */
+#define UNROLL 4
+
 /* d0 (and d1 when not NULL) = a, raw bytes. */
 __device__ void copyBytes(char* d0, char* d1, const char* a, size_t bytes) {
   const int tid = threadIdx.x, nt = blockDim.x;
   uintptr_t mis = ((uintptr_t)d0 | (uintptr_t)a | (uintptr_t)(d1 ? d1 : d0)) & 15;
   size_t nVec = mis ? 0 : bytes / 16;
-  for (size_t v = tid; v < nVec; v += nt) {
-    uint4 x = __ldcg((const uint4*)a + v);
-    ((uint4*)d0)[v] = x;
-    if (d1) ((uint4*)d1)[v] = x;
+  const uint4* av = (const uint4*)a;
+  uint4* dv0 = (uint4*)d0;
+  uint4* dv1 = (uint4*)d1;
+  size_t v = tid;
+  for (; v + (UNROLL - 1) * nt < nVec; v += UNROLL * nt) {
+    uint4 x[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) x[u] = __ldcg(av + v + u * nt);
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+      dv0[v + u * nt] = x[u];
+      if (d1) dv1[v + u * nt] = x[u];
+    }
+  }
+  for (; v < nVec; v += nt) {
+    uint4 x = __ldcg(av + v);
+    dv0[v] = x;
+    if (d1) dv1[v] = x;
   }
   for (size_t i = nVec * 16 + tid; i < bytes; i += nt) {
     uint8_t x = __ldcg((const uint8_t*)a + i);
     d0[i] = (char)x;
     if (d1) d1[i] = (char)x;
   }
+}
+
+template <class F, int KIND>
+__device__ __forceinline__ uint4 opVec(uint4 va, const uint4* vb, const DevArgs& args) {
+  typedef typename F::S S;
+  const int per = sizeof(uint4) / sizeof(S);
+  uint4 vd;
+  const S* ea = (const S*)&va;
+  S* ed = (S*)&vd;
+  if (vb) {
+    const S* eb = (const S*)vb;
+#pragma unroll
+    for (int k = 0; k < per; k++) ed[k] = Elem<F>::red(KIND, ea[k], eb[k], args);
+  } else {
+#pragma unroll
+    for (int k = 0; k < per; k++) ed[k] = Elem<F>::cpy(KIND, ea[k], args);
+  }
+  return vd;
 }
 
 /* d0 (and d1) = b ? red(a, b) : cpy(a), for family F and op KIND. */
@@ -80,21 +117,29 @@ __device__ void moveT(void* d0v, void* d1v, const void* av, const void* bv, size
   const S* b = (const S*)bv;
   uintptr_t mis = ((uintptr_t)d0 | (uintptr_t)a | (uintptr_t)(b ? b : a) | (uintptr_t)(d1 ? d1 : d0)) & 15;
   size_t nVec = mis ? 0 : n / per;
-  for (size_t v = tid; v < nVec; v += nt) {
-    uint4 va = __ldcg((const uint4*)a + v), vd;
-    const S* ea = (const S*)&va;
-    S* ed = (S*)&vd;
-    if (b) {
-      uint4 vb = __ldcg((const uint4*)b + v);
-      const S* eb = (const S*)&vb;
+  const uint4* va = (const uint4*)a;
+  const uint4* vb = (const uint4*)b;
+  size_t v = tid;
+  for (; v + (UNROLL - 1) * nt < nVec; v += UNROLL * nt) {
+    uint4 x[UNROLL], y[UNROLL];
 #pragma unroll
-      for (int k = 0; k < per; k++) ed[k] = Elem<F>::red(KIND, ea[k], eb[k], args);
-    } else {
-#pragma unroll
-      for (int k = 0; k < per; k++) ed[k] = Elem<F>::cpy(KIND, ea[k], args);
+    for (int u = 0; u < UNROLL; u++) {
+      x[u] = __ldcg(va + v + u * nt);
+      if (b) y[u] = __ldcg(vb + v + u * nt);
     }
-    ((uint4*)d0)[v] = vd;
-    if (d1) ((uint4*)d1)[v] = vd;
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+      uint4 r = opVec<F, KIND>(x[u], b ? &y[u] : NULL, args);
+      ((uint4*)d0)[v + u * nt] = r;
+      if (d1) ((uint4*)d1)[v + u * nt] = r;
+    }
+  }
+  for (; v < nVec; v += nt) {
+    uint4 y;
+    if (b) y = __ldcg(vb + v);
+    uint4 r = opVec<F, KIND>(__ldcg(va + v), b ? &y : NULL, args);
+    ((uint4*)d0)[v] = r;
+    if (d1) ((uint4*)d1)[v] = r;
   }
   for (size_t i = nVec * per + tid; i < n; i += nt) {
     S x = ldcg(a + i);
@@ -221,11 +266,13 @@ __device__ int waitRecv(Waiter& w, const commDevConn* c, uint32_t nSlots) {
 }
 /* Thread 0, after the block's barrier: publish a filled slot. The fence is cumulative: it orders the
  * block's data stores (ordered before it by the barrier) before the size and head stores, for observers on
- * any GPU or the host. */
+ * this GPU (gpu scope), or on another GPU or the host (system scope, which costs more). */
 __device__ void postSend(const commDevConn* c, uint32_t nSlots, uint64_t pos, uint64_t bytes) {
-  __threadfence_system();
+  if (c->sysScope) __threadfence_system();
+  else __threadfence();
   storeVolatile(&c->sizes[pos % nSlots], bytes);
-  __threadfence_system();
+  if (c->sysScope) __threadfence_system();
+  else __threadfence();
   storeVolatile(c->head, pos + 1);
   storeVolatile(c->pos, pos + 1);
 }
@@ -407,9 +454,20 @@ __device__ bool runStep(const Plan& p, Waiter& w, int ch, const commDevStep* st)
   }
 }
 
+/* The kernel's parameters: the header and INL bytes of plan. */
+template <int INL>
+struct KernelArgs {
+  commDevPlanHdr hdr;
+  union {
+    uint64_t align;
+    char bytes[INL];
+  } inl;
+};
+
 /* __grid_constant__: the plan is read in place from the parameter space (taking its address would otherwise
  * copy all of it into every thread's local memory first). */
-__global__ void __launch_bounds__(COMM_DEV_THREADS) execKernel(const __grid_constant__ commDevArgs args) {
+template <int INL>
+__global__ void __launch_bounds__(COMM_DEV_THREADS) execKernel(const __grid_constant__ KernelArgs<INL> args) {
   const commDevPlanHdr* h = &args.hdr;
   const int ch = blockIdx.x;
   const char* base = h->planAddr ? (const char*)h->planAddr : args.inl.bytes;
@@ -432,9 +490,18 @@ __global__ void __launch_bounds__(COMM_DEV_THREADS) execKernel(const __grid_cons
   }
 }
 
+template <int INL>
+cudaError_t launchWith(const commDevArgs* a, size_t inlineBytes, cudaStream_t stream) {
+  KernelArgs<INL> k;
+  k.hdr = a->hdr;
+  memcpy(k.inl.bytes, a->inl.bytes, inlineBytes);
+  execKernel<INL><<<a->hdr.nChannels, COMM_DEV_THREADS, 0, stream>>>(k);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
-extern "C" int commDevLaunch(const commDevArgs* args, void* stream) {
-  execKernel<<<args->hdr.nChannels, COMM_DEV_THREADS, 0, (cudaStream_t)stream>>>(*args);
-  return (int)cudaGetLastError();
+extern "C" int commDevLaunch(const commDevArgs* args, size_t inlineBytes, void* stream) {
+  if (inlineBytes <= COMM_DEV_INLINE_SMALL) return (int)launchWith<COMM_DEV_INLINE_SMALL>(args, inlineBytes, (cudaStream_t)stream);
+  return (int)launchWith<COMM_DEV_INLINE_BYTES>(args, inlineBytes, (cudaStream_t)stream);
 }
