@@ -51,7 +51,9 @@ typedef struct {
 
 #define COMM_DEV_INLINE_BYTES 2048 /* most plan bytes carried in the kernel's parameters */
 #define COMM_DEV_INLINE_SMALL 512   /* a kernel variant with less to copy per launch, for small plans */
-#define COMM_DEV_THREADS 512
+#define COMM_DEV_THREADS 512       /* threads per channel (block) */
+#define COMM_DEV_THREADS_SMALL 128 /* for plans whose steps move little: fewer threads to synchronise */
+#define COMM_DEV_SMALL_STEP_BYTES (64 << 10)
 
 typedef struct {
   uint64_t planAddr;  /* device-visible address of conns then steps; 0: in the parameters' inline area */
@@ -65,6 +67,7 @@ typedef struct {
   volatile int32_t* abortFlag; /* mapped host memory, set by commAbort */
   commDevError* error;         /* mapped host memory */
   uint64_t timeoutNs;          /* without progress (0: never) */
+  uint64_t* trace;             /* COMM_DEV_TRACE=1: channel 0 writes its timeline here (mapped host memory) */
   uint64_t opCount;
 } commDevPlanHdr;
 
@@ -80,9 +83,9 @@ typedef struct {
 extern "C" {
 #endif
 
-/* src/exec/cuda/exec_kernel.cu: launch the executor's kernel, one block per channel, with the first
- * inlineBytes of args->inl (the variant with the smallest parameters that holds them). cudaError_t. */
-int commDevLaunch(const commDevArgs* args, size_t inlineBytes, void* stream);
+/* src/exec/cuda/exec_kernel.cu: launch the executor's kernel, one block of `threads` per channel, with the
+ * first inlineBytes of args->inl (the variant with the smallest parameters that holds them). cudaError_t. */
+int commDevLaunch(const commDevArgs* args, size_t inlineBytes, int threads, void* stream);
 
 #ifdef __cplusplus
 }

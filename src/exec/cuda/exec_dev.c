@@ -35,6 +35,8 @@ typedef struct commDevState {
   int haveLast;
   volatile int32_t* abortFlagDev; /* the same words, as the kernel addresses them */
   commDevError* errorDev;
+  volatile uint64_t* trace;       /* COMM_DEV_TRACE=1: the latest kernel's timeline (else NULL) */
+  uint64_t* traceDev;
   cudaStream_t stream;
   cudaEvent_t joinIn, joinOut;
   volatile int32_t* abortFlag; /* mapped host memory */
@@ -130,6 +132,10 @@ static commResult_t stateCreate(commComm* comm) {
   CUDACHECKGOTO(cudaHostGetDevicePointer(&wordsDev, words, 0), res, fail);
   s->abortFlagDev = (volatile int32_t*)wordsDev;
   s->errorDev = (commDevError*)((char*)wordsDev + 64);
+  if (commParamInt("COMM_DEV_TRACE", 0, 0, 1)) {
+    s->trace = (volatile uint64_t*)((char*)words + 512);
+    s->traceDev = (uint64_t*)((char*)wordsDev + 512);
+  }
   comm->dev = s;
   INFO(COMM_INIT, "rank %d: CUDA executor on device %d: own stream, %d threads per channel", comm->rank,
        comm->cudaDev, COMM_DEV_THREADS);
@@ -329,6 +335,7 @@ static commResult_t launchPlan(commComm* comm, const commPlan* plan, cudaStream_
   h->eltSize = (uint32_t)plan->eltSize;
   h->abortFlag = s->abortFlagDev;
   h->error = s->errorDev;
+  h->trace = s->traceDev;
   h->timeoutNs = comm->timeoutMs < 0 ? 0 : (uint64_t)comm->timeoutMs * 1000000ull;
   h->opCount = plan->opCount;
   planBuf* pooled = NULL;
@@ -343,7 +350,16 @@ static commResult_t launchPlan(commComm* comm, const commPlan* plan, cudaStream_
   }
   COMMCHECKGOTO(buildDevPlan(comm, plan, keys, h, area, &bytes), res, out);
   if (h->nChannels > 0) {
-    cudaError_t e = (cudaError_t)commDevLaunch(&args, h->planAddr ? 0 : bytes, stream);
+    /* Steps that move little run with fewer threads: less to synchronise per step. */
+    size_t most = 0;
+    for (int c = 0; c < plan->sched.nChannels; c++)
+      for (int i = 0; i < plan->sched.channels[c].nSteps; i++) {
+        const commStep* st = &plan->sched.channels[c].steps[i];
+        size_t n = (st->count > st->recvCount ? st->count : st->recvCount) * plan->eltSize;
+        if (n > most) most = n;
+      }
+    int threads = most <= COMM_DEV_SMALL_STEP_BYTES ? COMM_DEV_THREADS_SMALL : COMM_DEV_THREADS;
+    cudaError_t e = (cudaError_t)commDevLaunch(&args, h->planAddr ? 0 : bytes, threads, stream);
     if (e != cudaSuccess) {
       res = cudaFail("the executor's kernel launch", e);
       goto out;
@@ -511,6 +527,11 @@ void commDevFree(commComm* comm) {
   /* Kernels end: finished, aborted (commDevAbort) or timed out. */
   cudaStreamSynchronize(s->stream);
   if (s->haveLast) cudaEventSynchronize(s->lastDone);
+  if (s->trace)
+    INFO(COMM_INIT, "rank %d: COMM_DEV_TRACE: latest kernel started at %llu ns (GPU clock), ran %.2f us, thread 0 "
+         "of channel 0 waited %.2f us in %llu waits, the first ending %.2f us after the start", comm->rank,
+         (unsigned long long)s->trace[0], (s->trace[1] - s->trace[0]) / 1e3, s->trace[2] / 1e3,
+         (unsigned long long)s->trace[3], s->trace[3] ? (s->trace[4] - s->trace[0]) / 1e3 : 0.0);
   for (int i = 0; i < PLAN_POOL; i++) {
     if (s->pool[i].host) cudaFreeHost(s->pool[i].host);
     if (s->pool[i].done) cudaEventDestroy(s->pool[i].done);

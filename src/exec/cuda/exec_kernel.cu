@@ -57,7 +57,7 @@ __device__ __forceinline__ double ldcg(const double* p) { return __ldcg(p); }
 #define UNROLL 4
 
 /* d0 (and d1 when not NULL) = a, raw bytes. */
-__device__ void copyBytes(char* d0, char* d1, const char* a, size_t bytes) {
+__device__ __noinline__ void copyBytes(char* d0, char* d1, const char* a, size_t bytes) {
   const int tid = threadIdx.x, nt = blockDim.x;
   uintptr_t mis = ((uintptr_t)d0 | (uintptr_t)a | (uintptr_t)(d1 ? d1 : d0)) & 15;
   size_t nVec = mis ? 0 : bytes / 16;
@@ -167,16 +167,12 @@ struct Plan {
   uint64_t scalarBits;
 };
 
-/* The block moves n elements: d0 (and d1) = b ? a op pre(b) : pre/post(a). A plain copy when the op
- * does nothing for these flags. */
-__device__ void move(const Plan& p, void* d0, void* d1, const void* a, const void* b, size_t n, int pre, int post) {
+/* An op on the data: every datatype x op kind (a large switch over template instances, kept out of line so
+ * that plain copies do not pay for its registers). */
+__device__ __noinline__ void moveOp(const Plan& p, void* d0, void* d1, const void* a, const void* b, size_t n,
+                                    int pre, int post) {
   const commDevPlanHdr* h = p.h;
   int kind = h->redopKind;
-  if (b == NULL && !((pre && kind == COMM_REDOP_PREMULSUM) || (post && kind == COMM_REDOP_SUMPOSTDIV))) {
-    if (d0 == a && d1 == NULL) return;
-    copyBytes((char*)d0, (char*)d1, (const char*)a, n * h->eltSize);
-    return;
-  }
   DevArgs args = {p.scalarBits, h->divisor, pre, post};
 #define MOVE_CALL(F) moveKind<F>(kind, d0, d1, a, b, n, args)
   switch (h->dtype) {
@@ -196,12 +192,35 @@ __device__ void move(const Plan& p, void* d0, void* d1, const void* a, const voi
 #undef MOVE_CALL
 }
 
+/* The block moves n elements: d0 (and d1) = b ? a op pre(b) : pre/post(a). A plain copy when the op
+ * does nothing for these flags. */
+__device__ __forceinline__ void move(const Plan& p, void* d0, void* d1, const void* a, const void* b, size_t n,
+                                     int pre, int post) {
+  const commDevPlanHdr* h = p.h;
+  int kind = h->redopKind;
+  if (b == NULL && !((pre && kind == COMM_REDOP_PREMULSUM) || (post && kind == COMM_REDOP_SUMPOSTDIV))) {
+    if (d0 == a && d1 == NULL) return;
+    copyBytes((char*)d0, (char*)d1, (const char*)a, n * h->eltSize);
+    return;
+  }
+  moveOp(p, d0, d1, a, b, n, pre, post);
+}
+
 /* ---- Waiting (thread 0) ---- */
 
 struct Waiter {
   const commDevPlanHdr* h;
   uint64_t lastProgress;
+  uint64_t waitNs, firstWaitEnd; /* COMM_DEV_TRACE: time thread 0 spent waiting; when its first wait ended */
+  uint32_t nWaits;
 };
+
+__device__ __forceinline__ void traceWait(Waiter& w, uint64_t t0) {
+  if (!w.h->trace) return;
+  uint64_t t1 = globalTimer();
+  w.waitNs += t1 - t0;
+  if (w.nWaits++ == 0) w.firstWaitEnd = t1;
+}
 
 __device__ void reportError(const commDevPlanHdr* h, int code, int channel, int peer, int isSend, uint64_t got,
                             uint64_t expected) {
@@ -232,6 +251,7 @@ __device__ int checkWait(Waiter& w) {
 /* Wait until *p >= target. */
 __device__ int waitAtLeast(Waiter& w, const uint64_t* p, uint64_t target) {
   int spins = 0;
+  uint64_t t0 = w.h->trace ? globalTimer() : 0;
   while (loadVolatile(p) < target) {
     if (++spins == SPINS_BEFORE_CHECK) {
       spins = 0;
@@ -240,6 +260,7 @@ __device__ int waitAtLeast(Waiter& w, const uint64_t* p, uint64_t target) {
     }
   }
   w.lastProgress = globalTimer();
+  traceWait(w, t0);
   return COMM_DEV_OK;
 }
 
@@ -400,6 +421,7 @@ __device__ bool runStep(const Plan& p, Waiter& w, int ch, const commDevStep* st)
           int r = COMM_DEV_OK, action = 0, spins = 0;
           uint64_t spos = sendDone < sendCount ? loadVolatile(sc->pos) : 0;
           uint64_t rpos = recvDone < recvCount ? loadVolatile(rc->pos) : 0;
+          uint64_t t0 = w.h->trace ? globalTimer() : 0;
           for (;;) {
             if (sendDone < sendCount && loadVolatile(sc->tail) + nSlots >= spos + 1) {
               action = 1;
@@ -418,7 +440,10 @@ __device__ bool runStep(const Plan& p, Waiter& w, int ch, const commDevStep* st)
               if (r != COMM_DEV_OK) break;
             }
           }
-          if (r == COMM_DEV_OK) w.lastProgress = globalTimer();
+          if (r == COMM_DEV_OK) {
+            w.lastProgress = globalTimer();
+            traceWait(w, t0);
+          }
           sAction = action;
           __threadfence();
           sErr = r;
@@ -467,7 +492,7 @@ struct KernelArgs {
 /* __grid_constant__: the plan is read in place from the parameter space (taking its address would otherwise
  * copy all of it into every thread's local memory first). */
 template <int INL>
-__global__ void __launch_bounds__(COMM_DEV_THREADS) execKernel(const __grid_constant__ KernelArgs<INL> args) {
+__global__ void __launch_bounds__(COMM_DEV_THREADS, 1) execKernel(const __grid_constant__ KernelArgs<INL> args) {
   const commDevPlanHdr* h = &args.hdr;
   const int ch = blockIdx.x;
   const char* base = h->planAddr ? (const char*)h->planAddr : args.inl.bytes;
@@ -482,26 +507,36 @@ __global__ void __launch_bounds__(COMM_DEV_THREADS) execKernel(const __grid_cons
     for (uint32_t i = 0; i < h->eltSize; i++) bits |= (uint64_t)s[i] << (8 * i);
     p.scalarBits = bits;
   }
-  Waiter w = {h, globalTimer()};
+  Waiter w = {h, globalTimer(), 0, 0, 0};
+  const uint64_t start = w.lastProgress;
   for (int s = h->stepBegin[ch]; s < h->stepBegin[ch + 1]; s++) {
     commDevStep st = steps[s];
     if (!runStep(p, w, ch, &st)) return;
     __syncthreads();
   }
+  if (h->trace && ch == 0 && threadIdx.x == 0) { /* the latest kernel's timeline, read at the end */
+    volatile uint64_t* t = h->trace;
+    t[0] = start;
+    t[1] = globalTimer();
+    t[2] = w.waitNs;
+    t[3] = w.nWaits;
+    t[4] = w.firstWaitEnd;
+  }
 }
 
 template <int INL>
-cudaError_t launchWith(const commDevArgs* a, size_t inlineBytes, cudaStream_t stream) {
+cudaError_t launchWith(const commDevArgs* a, size_t inlineBytes, int threads, cudaStream_t stream) {
   KernelArgs<INL> k;
   k.hdr = a->hdr;
   memcpy(k.inl.bytes, a->inl.bytes, inlineBytes);
-  execKernel<INL><<<a->hdr.nChannels, COMM_DEV_THREADS, 0, stream>>>(k);
+  execKernel<INL><<<a->hdr.nChannels, threads, 0, stream>>>(k);
   return cudaGetLastError();
 }
 
 }  // namespace
 
-extern "C" int commDevLaunch(const commDevArgs* args, size_t inlineBytes, void* stream) {
-  if (inlineBytes <= COMM_DEV_INLINE_SMALL) return (int)launchWith<COMM_DEV_INLINE_SMALL>(args, inlineBytes, (cudaStream_t)stream);
-  return (int)launchWith<COMM_DEV_INLINE_BYTES>(args, inlineBytes, (cudaStream_t)stream);
+extern "C" int commDevLaunch(const commDevArgs* args, size_t inlineBytes, int threads, void* stream) {
+  if (inlineBytes <= COMM_DEV_INLINE_SMALL)
+    return (int)launchWith<COMM_DEV_INLINE_SMALL>(args, inlineBytes, threads, (cudaStream_t)stream);
+  return (int)launchWith<COMM_DEV_INLINE_BYTES>(args, inlineBytes, threads, (cudaStream_t)stream);
 }
