@@ -49,6 +49,7 @@ typedef struct {
   uint64_t got, expected; /* bytes (size mismatch) */
 } commDevError;
 
+#define COMM_DEV_TRACE_STEPS 32 /* COMM_DEV_TRACE: end times of channel 0's first steps */
 #define COMM_DEV_INLINE_BYTES 2048 /* most plan bytes carried in the kernel's parameters */
 #define COMM_DEV_INLINE_SMALL 512   /* a kernel variant with less to copy per launch, for small plans */
 #define COMM_DEV_THREADS 512       /* threads per channel (block) */

@@ -2,6 +2,7 @@
  * into device plans; launching them joined to the callers' streams (src/include/exec_dev.h). */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,6 +135,7 @@ static commResult_t stateCreate(commComm* comm) {
   s->errorDev = (commDevError*)((char*)wordsDev + 64);
   if (commParamInt("COMM_DEV_TRACE", 0, 0, 1)) {
     s->trace = (volatile uint64_t*)((char*)words + 512);
+    memset((void*)s->trace, 0, (8 + COMM_DEV_TRACE_STEPS) * sizeof(uint64_t));
     s->traceDev = (uint64_t*)((char*)wordsDev + 512);
   }
   comm->dev = s;
@@ -532,6 +534,17 @@ void commDevFree(commComm* comm) {
          "of channel 0 waited %.2f us in %llu waits, the first ending %.2f us after the start", comm->rank,
          (unsigned long long)s->trace[0], (s->trace[1] - s->trace[0]) / 1e3, s->trace[2] / 1e3,
          (unsigned long long)s->trace[3], s->trace[3] ? (s->trace[4] - s->trace[0]) / 1e3 : 0.0);
+  if (s->trace) {
+    char line[512];
+    int len = 0;
+    uint64_t prev = s->trace[0];
+    for (int i = 0; i < COMM_DEV_TRACE_STEPS && s->trace[8 + i] >= prev && s->trace[8 + i] <= s->trace[1]; i++) {
+      len += snprintf(line + len, sizeof(line) - (size_t)len, " %.2f", (s->trace[8 + i] - prev) / 1e3);
+      prev = s->trace[8 + i];
+      if (len >= (int)sizeof(line) - 16) break;
+    }
+    INFO(COMM_INIT, "rank %d: COMM_DEV_TRACE: channel 0's steps took (us):%s", comm->rank, len ? line : " -");
+  }
   for (int i = 0; i < PLAN_POOL; i++) {
     if (s->pool[i].host) cudaFreeHost(s->pool[i].host);
     if (s->pool[i].done) cudaEventDestroy(s->pool[i].done);

@@ -2,10 +2,10 @@
  * the Simple protocol over device FIFOs (src/include/exec_dev.h).
  *
  * Per slot, the sender: thread 0 waits until the slot is free (tail), the block fills it with 16-byte
- * vector stores (applying the op where the step says), the block syncs, and thread 0 fences and stores the
- * slot's size and then head. The receiver: thread 0 waits for head, fences, the block syncs,
- * the block reads the slot through L2 (ld.global.cg: the slot was written by another SM, or another GPU,
- * and L1 is not coherent), syncs, and thread 0 stores tail. Every wait watches the communicator's abort
+ * vector stores (applying the op where the step says), the block syncs, and thread 0 fences (GPU scope, or
+ * system scope towards another GPU), stores the slot's size, fences and stores head. The receiver: thread 0
+ * waits for head, fences, the block syncs, the block reads the slot through L2 (ld.global.cg: the slot was
+ * written by another SM, or another GPU, and L1 is not coherent), syncs, and thread 0 stores tail. Every wait watches the communicator's abort
  * flag (mapped host memory) and its timeout (globaltimer); on either, or on a slot whose size is not what
  * the step expects, the block records the failure in mapped host memory and all its threads return. */
 #include <cuda_runtime.h>
@@ -513,6 +513,7 @@ __global__ void __launch_bounds__(COMM_DEV_THREADS, 1) execKernel(const __grid_c
     commDevStep st = steps[s];
     if (!runStep(p, w, ch, &st)) return;
     __syncthreads();
+    if (h->trace && ch == 0 && threadIdx.x == 0 && s < COMM_DEV_TRACE_STEPS) h->trace[8 + s] = globalTimer();
   }
   if (h->trace && ch == 0 && threadIdx.x == 0) { /* the latest kernel's timeline, read at the end */
     volatile uint64_t* t = h->trace;
