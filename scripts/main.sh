@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install the dependencies, build libcomm (Release, in build/) and run allreduce_perf on 2 host-buffer
-# ranks of this machine.
+# Install the dependencies, build libcomm (Release, in build/) and run allreduce_perf on local ranks: device
+# buffers where there are GPUs, host buffers otherwise.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -9,15 +9,18 @@ jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCOMM_BUILD_TESTS=OFF
 cmake --build build -j"$jobs"
 
-# Device buffers arrive with the CUDA executor; until then the library refuses them (commInvalidUsage), so
-# the main job runs on host buffers everywhere. COMM_MAIN_DEVICE=1 tries device buffers anyway.
+# Where GPUs are seen and the library was built with its CUDA executor (the CUDA toolkit was found),
+# the main job runs on device buffers: ranks as threads of one process, one per GPU, and two sharing the
+# GPU on a one-GPU machine (ranks sharing a GPU from separate processes take turns on it). Otherwise, or
+# with COMM_MAIN_HOST=1, on host buffers of 2 local processes.
 ngpus=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   ngpus=$(nvidia-smi -L | grep -c '^GPU' || true)
 fi
-if [[ "$ngpus" -gt 0 && "${COMM_MAIN_DEVICE:-0}" == 1 ]]; then
-  echo "main.sh: $ngpus GPU(s) found: device buffers, one rank per GPU"
-  exec build/perf/allreduce_perf -m device -np "$ngpus" -b 8 -e 64M -f 4
+if [[ "$ngpus" -gt 0 && "${COMM_MAIN_HOST:-0}" != 1 && -d build/CMakeFiles/comm_cuda_objs.dir ]]; then
+  ranks=$((ngpus > 1 ? ngpus : 2))
+  echo "main.sh: $ngpus GPU(s) found: device buffers, $ranks ranks as threads"
+  exec env NCCL_NVLS_ENABLE=0 build/perf/allreduce_perf -M device -t "$ranks" -b 8 -e 64M -f 4
 fi
-echo "main.sh: host buffers, 2 local ranks ($ngpus GPU(s) seen; device buffers need the CUDA executor)"
-exec build/perf/allreduce_perf -np 2 -b 8 -e 64M -f 4
+echo "main.sh: host buffers, 2 local ranks ($ngpus GPU(s) seen)"
+exec build/perf/allreduce_perf -M host -np 2 -b 8 -e 64M -f 4
