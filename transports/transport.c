@@ -5,7 +5,8 @@
  *   1. every receiver chooses the transport, runs recvSetup and sends the info to its sender;
  *   2. every sender receives the info, runs sendConnect and sends the ack back;
  *   3. every receiver receives the ack and runs recvConnect.
- * Bootstrap tags: COMM_TRANSPORT_TAG_BASE + channel * 4 + phase. Between ranks A and B, the messages of the
+ * Bootstrap tags: COMM_TRANSPORT_TAG_BASE + channel * 8 + phase (phases 1 and 2 of host connections, 5 and 6
+ * of device connections). Between ranks A and B, the messages of the
  * A->B connection (info B->A in phase 1, ack A->B in phase 2) and those of the B->A connection (info A->B
  * in phase 1, ack B->A in phase 2) differ in source or phase, so they can never be confused. */
 #include <stdlib.h>

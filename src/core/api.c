@@ -63,6 +63,11 @@ static commResult_t checkMemory(const apiDesc* d, comm_t comm, const void* sendb
          sendbuff, sendDev >= 0 ? "device" : "host", (void*)recvbuff, recvDev >= 0 ? "device" : "host");
     return commInvalidArgument;
   }
+  if (sendUsed && recvUsed && sendDev >= 0 && recvDev >= 0 && sendDev != recvDev) {
+    WARN("%s: sendbuff %p is on GPU %d but recvbuff %p is on GPU %d", d->api, sendbuff, sendDev, (void*)recvbuff,
+         recvDev);
+    return commInvalidArgument;
+  }
   int dev = sendUsed && sendDev >= 0 ? sendDev : recvUsed && recvDev >= 0 ? recvDev : -1;
   if (dev < 0) return commSuccess;
   if (!commDevAvailable()) {

@@ -18,15 +18,24 @@ static int isReductionFunc(commFunc_t f) {
 /* Device plans: channels per collective. Every rank must pick the same count, so it follows from what all
  * ranks know: the most ranks sharing one GPU. One block runs each channel and the blocks of all ranks on
  * a GPU must be resident at once (they wait on each other), so they share a budget of blocks per GPU. */
-#define DEV_BLOCKS_PER_GPU 128
+#define DEV_BLOCKS_PER_GPU 96 /* one 512-thread block per SM (128 registers per thread): below the SM count
+                               * of A100 (108) and H100 PCIe (114), with room for other kernels */
 #define DEV_BYTES_PER_CHANNEL (512 << 10) /* fewer channels for smaller messages: latency, not bandwidth */
+/* Two ranks on one GPU: same host and the same PCI bus id (device ordinals differ between processes with
+ * different CUDA_VISIBLE_DEVICES); the ordinal when a bus id is unknown. */
+static int sameGpu(const commPeerInfo* a, const commPeerInfo* b) {
+  if (a->hostHash != b->hostHash || a->cudaDev < 0 || b->cudaDev < 0) return 0;
+  if (a->busId >= 0 && b->busId >= 0) return a->busId == b->busId;
+  return a->cudaDev == b->cudaDev;
+}
+
 static int devMaxChannels(commComm* comm) {
   if (comm->devMaxChannels > 0) return comm->devMaxChannels;
   int most = 1;
   for (int i = 0; i < comm->nRanks; i++) {
     int same = 0;
     for (int j = 0; j < comm->nRanks; j++)
-      same += comm->peers[j].hostHash == comm->peers[i].hostHash && comm->peers[j].cudaDev == comm->peers[i].cudaDev;
+      same += sameGpu(&comm->peers[i], &comm->peers[j]);
     if (same > most) most = same;
   }
   int cap = (int)commParamInt("COMM_DEV_NCHANNELS", 32, 1, COMM_MAX_CHANNELS);
@@ -62,7 +71,8 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
   plan->bufs[COMM_BUF_INPUT] = (void*)t->sendbuff;
   plan->bufs[COMM_BUF_OUTPUT] = t->recvbuff;
   plan->onDevice = t->onDevice;
-  plan->stream = t->stream;
+  plan->nStreams = 1;
+  plan->streams[0] = t->stream;
   plan->devScalar = t->devScalar;
 
   commTuneChoice choice;
@@ -142,7 +152,17 @@ static commResult_t buildP2pPlan(commComm* comm, commTask* tasks, int nP2p, int 
   int i = 0;
   for (commTask* t = tasks; t; t = t->next) {
     if (t->kind == COMM_TASK_COLL || t->onDevice != onDevice) continue;
-    if (plan->stream == NULL) plan->stream = t->stream;
+    int seen = 0;
+    for (int k = 0; k < plan->nStreams && !seen; k++) seen = plan->streams[k] == t->stream;
+    if (!seen && onDevice) {
+      if (plan->nStreams == COMM_PLAN_MAX_STREAMS) {
+        WARN("rank %d: a group's sends and receives use more than %d CUDA streams", comm->rank,
+             COMM_PLAN_MAX_STREAMS);
+        res = commInvalidUsage;
+        goto fail;
+      }
+      plan->streams[plan->nStreams++] = t->stream;
+    }
     size_t bytes = t->count * commTypeSize(t->dtype);
     ops[i].peer = t->root;
     ops[i].isSend = t->kind == COMM_TASK_SEND;

@@ -26,8 +26,10 @@ typedef struct commPlan {
   uint64_t opCount;
   size_t count;         /* API count, for messages */
   int root;
-  int onDevice;         /* device buffers: run by the CUDA executor on stream */
-  commStream_t stream;  /* the caller's stream (device plans) */
+  int onDevice;         /* device buffers: run by the CUDA executor, ordered with the callers' streams */
+#define COMM_PLAN_MAX_STREAMS 8
+  int nStreams;         /* device plans: the distinct streams of the calls in the plan (grouped send/recv */
+  commStream_t streams[COMM_PLAN_MAX_STREAMS]; /* may name several) */
   const void* devScalar; /* device plans: a PREMULSUM scalar in device memory, read by the kernel */
   commChannelProgress progress[COMM_MAX_CHANNELS];
   int done;

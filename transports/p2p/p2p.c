@@ -4,9 +4,13 @@
  * in the sender's, so each side polls only its own memory and writes the other's. Ranks of one process
  * use each other's pointers directly (peer access is enabled when their GPUs differ; several ranks may
  * share one GPU); ranks of different processes open each other's blocks through CUDA IPC handles carried
- * in the connect messages. Each side also keeps its position (slots posted or drained) in its own block. */
+ * in the connect messages ("same process" is a random per-process nonce, not the pid, which containers
+ * may share). Each side also keeps its position (slots posted or drained) in its own block. */
 #include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -28,6 +32,7 @@ typedef struct {
   int32_t pid;
   int32_t dev;
   uint64_t hostHash;
+  uint64_t processNonce;        /* random per process: "same process" without trusting pids (containers) */
   uint64_t ptr;                 /* the block, in the owner's address space */
   cudaIpcMemHandle_t handle;    /* the block, for another process */
 } p2pInfo;
@@ -35,7 +40,7 @@ typedef struct {
 typedef struct {
   int localDev;  /* this side's GPU */
   int peerDev;   /* the other side's GPU (same host) */
-  int peerPid;
+  int peerSameProcess;
   char* local;   /* this side's block */
   char* remote;  /* the other side's block, as this process addresses it */
   int remoteIpc; /* remote came from cudaIpcOpenMemHandle */
@@ -56,6 +61,30 @@ static void offDevice(const commComm* comm, int saved) {
   if (saved != comm->cudaDev) cudaSetDevice(saved);
 }
 
+static pthread_once_t nonceOnce = PTHREAD_ONCE_INIT;
+static uint64_t processNonce;
+static void makeNonce(void) {
+  uint64_t v = 0;
+  FILE* f = fopen("/dev/urandom", "rb");
+  if (f == NULL || fread(&v, sizeof(v), 1, f) != 1) v = 0;
+  if (f) fclose(f);
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  processNonce = v ^ ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
+}
+
+/* Zero a new block and wait for it, on a stream of its own: the legacy stream would be ordered with
+ * nothing the kernels run on (and may not be used while a caller captures a graph). */
+static cudaError_t zeroBlock(void* p, size_t bytes) {
+  cudaStream_t st;
+  cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+  if (e != cudaSuccess) return e;
+  e = cudaMemsetAsync(p, 0, bytes, st);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+  cudaStreamDestroy(st);
+  return e;
+}
+
 static commResult_t allocBlock(commComm* comm, commConn* conn, size_t bytes, void* infoOut) {
   p2pState* st = NULL;
   COMMCHECK(commCalloc(&st, 1, sizeof(*st)));
@@ -64,14 +93,18 @@ static commResult_t allocBlock(commComm* comm, commConn* conn, size_t bytes, voi
   st->peerDev = -1;
   int saved;
   COMMCHECK(onDevice(comm, &saved));
+  pthread_once(&nonceOnce, makeNonce);
+  /* Connections are made on first use, possibly while the caller captures a graph. */
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
   commResult_t res = commSuccess;
   cudaError_t e = cudaMalloc((void**)&st->local, bytes);
   if (e != cudaSuccess) {
     res = cudaFail("cudaMalloc of a FIFO", e);
     goto out;
   }
-  if ((e = cudaMemset(st->local, 0, bytes)) != cudaSuccess) {
-    res = cudaFail("cudaMemset", e);
+  if ((e = zeroBlock(st->local, bytes)) != cudaSuccess) {
+    res = cudaFail("zeroing a FIFO", e);
     goto out;
   }
   p2pInfo info;
@@ -79,6 +112,7 @@ static commResult_t allocBlock(commComm* comm, commConn* conn, size_t bytes, voi
   info.pid = (int32_t)getpid();
   info.dev = comm->cudaDev;
   info.hostHash = comm->peers[comm->rank].hostHash;
+  info.processNonce = processNonce;
   info.ptr = (uint64_t)(uintptr_t)st->local;
   if ((e = cudaIpcGetMemHandle(&info.handle, st->local)) != cudaSuccess) {
     /* Ranks of this process can still connect; another process cannot. */
@@ -89,6 +123,7 @@ static commResult_t allocBlock(commComm* comm, commConn* conn, size_t bytes, voi
   }
   memcpy(infoOut, &info, sizeof(info));
 out:
+  cudaThreadExchangeStreamCaptureMode(&mode);
   offDevice(comm, saved);
   return res;
 }
@@ -99,12 +134,12 @@ static commResult_t openRemote(commComm* comm, commConn* conn, const void* infoI
   p2pInfo info;
   memcpy(&info, infoIn, sizeof(info));
   st->peerDev = info.dev;
-  st->peerPid = info.pid;
+  st->peerSameProcess = info.processNonce == processNonce && info.pid == (int32_t)getpid();
   int saved;
   COMMCHECK(onDevice(comm, &saved));
   commResult_t res = commSuccess;
   cudaError_t e;
-  if (info.pid == (int32_t)getpid() && info.hostHash == comm->peers[comm->rank].hostHash) {
+  if (st->peerSameProcess) {
     st->remote = (char*)(uintptr_t)info.ptr;
     if (info.dev != comm->cudaDev) {
       int can = 0;
@@ -181,7 +216,9 @@ commResult_t commP2pDevConn(const commConn* conn, commDevConn* out) {
   out->tail = (uint64_t*)(sendBlock + P2P_TAIL_OFF);
   out->pos = (uint64_t*)(st->local + P2P_POS_OFF);
   /* Both ends on one GPU (any process): GPU-scope fences order the FIFO; across GPUs, system scope. */
-  out->sysScope = st->peerDev != st->localDev;
+  /* Both ends on one GPU in one process: GPU-scope fences order the FIFO. Another process may have
+   * another device numbering, so it gets system scope, as another GPU does. */
+  out->sysScope = !st->peerSameProcess || st->peerDev != st->localDev;
   out->pad = 0;
   return commSuccess;
 }

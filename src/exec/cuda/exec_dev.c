@@ -13,7 +13,7 @@
 #include "param.h"
 #include "utils.h"
 
-#define PLAN_POOL 16      /* pinned plan buffers in flight before the host waits for the oldest */
+#define PLAN_POOL 16      /* pinned plan buffers to start with (the pool grows, the host never waits) */
 #define MAX_JOIN_STREAMS 8 /* distinct caller streams of one communicator in one group joined per call */
 
 typedef struct {
@@ -43,8 +43,8 @@ typedef struct commDevState {
   volatile int32_t* abortFlag; /* mapped host memory */
   commDevError* error;         /* mapped host memory */
   int errorReported;
-  planBuf pool[PLAN_POOL];
-  int poolNext;
+  planBuf* pool; /* grows when every buffer is still in use */
+  int poolSize, poolNext;
   scratchBuf* scratch; /* newest first; older ones may still be referenced by captured graphs */
   size_t scratchBytes;
 } commDevState;
@@ -130,7 +130,12 @@ static commResult_t stateCreate(commComm* comm) {
   s->abortFlag = (volatile int32_t*)words;
   s->error = (commDevError*)((char*)words + 64);
   void* wordsDev = NULL;
-  CUDACHECKGOTO(cudaHostGetDevicePointer(&wordsDev, words, 0), res, fail);
+  cudaError_t we = cudaHostGetDevicePointer(&wordsDev, words, 0);
+  if (we != cudaSuccess) {
+    cudaFreeHost(words);
+    res = cudaFail("cudaHostGetDevicePointer", we);
+    goto fail;
+  }
   s->abortFlagDev = (volatile int32_t*)wordsDev;
   s->errorDev = (commDevError*)((char*)wordsDev + 64);
   if (commParamInt("COMM_DEV_TRACE", 0, 0, 1)) {
@@ -155,7 +160,10 @@ commResult_t commDevEnsure(commComm* comm) {
   if (comm->dev != NULL) return commSuccess;
   devGuard g;
   COMMCHECK(guardEnter(comm, &g));
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode); /* the first call may come inside a graph capture */
   commResult_t res = stateCreate(comm);
+  cudaThreadExchangeStreamCaptureMode(&mode);
   guardLeave(comm, &g);
   return res;
 }
@@ -281,11 +289,26 @@ static commResult_t planStorage(commComm* comm, size_t bytes, int capturing, voi
     if (e != cudaSuccess) return cudaFail("cudaHostAlloc (captured plan)", e);
     return commSuccess;
   }
-  planBuf* b = &s->pool[s->poolNext];
-  s->poolNext = (s->poolNext + 1) % PLAN_POOL;
-  if (b->pending) {
-    CUDACHECK(cudaEventSynchronize(b->done)); /* only with PLAN_POOL big plans still in flight */
-    b->pending = 0;
+  /* A buffer whose launch has finished, else a new one: the host never waits here (a kernel still
+   * reading a buffer may wait for a peer this very thread launches later in the same group). */
+  planBuf* b = NULL;
+  for (int i = 0; i < s->poolSize && b == NULL; i++) {
+    planBuf* c = &s->pool[(s->poolNext + i) % s->poolSize];
+    if (c->pending) {
+      cudaError_t q = cudaEventQuery(c->done);
+      if (q == cudaErrorNotReady) continue;
+      if (q != cudaSuccess) return cudaFail("cudaEventQuery (plan buffer)", q);
+      c->pending = 0;
+    }
+    b = c;
+    s->poolNext = (int)(c - s->pool + 1) % s->poolSize;
+  }
+  if (b == NULL) {
+    int n = s->poolSize ? s->poolSize * 2 : PLAN_POOL;
+    COMMCHECK(commRealloc(&s->pool, (size_t)s->poolSize, (size_t)n, sizeof(*s->pool)));
+    b = &s->pool[s->poolSize];
+    s->poolNext = (s->poolSize + 1) % n;
+    s->poolSize = n;
   }
   if (b->cap < bytes) {
     if (b->host) cudaFreeHost(b->host);
@@ -338,7 +361,7 @@ static commResult_t launchPlan(commComm* comm, const commPlan* plan, cudaStream_
   h->abortFlag = s->abortFlagDev;
   h->error = s->errorDev;
   h->trace = s->traceDev;
-  h->timeoutNs = comm->timeoutMs < 0 ? 0 : (uint64_t)comm->timeoutMs * 1000000ull;
+  h->timeoutNs = comm->timeoutMs < 0 ? 0 : comm->timeoutMs == 0 ? 1 : (uint64_t)comm->timeoutMs * 1000000ull;
   h->opCount = plan->opCount;
   planBuf* pooled = NULL;
   void* host = NULL;
@@ -386,24 +409,25 @@ commResult_t commDevRunPlans(commComm* comm, commPlan** plans, int nPlans) {
   commResult_t res = commSuccess;
   devGuard g;
   COMMCHECK(guardEnter(comm, &g));
-  freeGraphBufs();
-  if (comm->dev == NULL) COMMCHECKGOTO(stateCreate(comm), res, out);
+  if (comm->dev == NULL) COMMCHECKGOTO(commDevEnsure(comm), res, out);
   COMMCHECKGOTO(pollError(comm, 0), res, out);
   commDevState* s = comm->dev;
   /* The callers' streams (one per call; a group may name several). */
   cudaStream_t streams[MAX_JOIN_STREAMS];
   int nStreams = 0;
   for (int p = 0; p < nPlans; p++) {
-    cudaStream_t st = (cudaStream_t)plans[p]->stream;
-    int seen = 0;
-    for (int i = 0; i < nStreams && !seen; i++) seen = streams[i] == st;
-    if (seen) continue;
-    if (nStreams == MAX_JOIN_STREAMS) {
-      WARN("rank %d: a group uses more than %d CUDA streams on one communicator", comm->rank, MAX_JOIN_STREAMS);
-      res = commInvalidUsage;
-      goto out;
+    for (int k = 0; k < plans[p]->nStreams; k++) {
+      cudaStream_t st = (cudaStream_t)plans[p]->streams[k];
+      int seen = 0;
+      for (int i = 0; i < nStreams && !seen; i++) seen = streams[i] == st;
+      if (seen) continue;
+      if (nStreams == MAX_JOIN_STREAMS) {
+        WARN("rank %d: a group uses more than %d CUDA streams on one communicator", comm->rank, MAX_JOIN_STREAMS);
+        res = commInvalidUsage;
+        goto out;
+      }
+      streams[nStreams++] = st;
     }
-    streams[nStreams++] = st;
   }
   int capturing = 0;
   for (int i = 0; i < nStreams; i++) {
@@ -411,6 +435,7 @@ commResult_t commDevRunPlans(commComm* comm, commPlan** plans, int nPlans) {
     CUDACHECKGOTO(cudaStreamIsCapturing(streams[i], &cs), res, out);
     if (cs == cudaStreamCaptureStatusActive) capturing = 1;
   }
+  if (!capturing) freeGraphBufs(); /* (cudaFreeHost may not run inside a capture) */
   /* The kernels of a communicator run one after another (FIFO positions carry over), and each is ordered
    * after the work queued before the call on its caller's streams, and before the work queued after.
    * One caller stream: launch on it, after the previous launch if that was on another stream; no join
@@ -545,10 +570,11 @@ void commDevFree(commComm* comm) {
     }
     INFO(COMM_INIT, "rank %d: COMM_DEV_TRACE: channel 0's steps took (us):%s", comm->rank, len ? line : " -");
   }
-  for (int i = 0; i < PLAN_POOL; i++) {
+  for (int i = 0; i < s->poolSize; i++) {
     if (s->pool[i].host) cudaFreeHost(s->pool[i].host);
     if (s->pool[i].done) cudaEventDestroy(s->pool[i].done);
   }
+  free(s->pool);
   while (s->scratch) {
     scratchBuf* next = s->scratch->next;
     cudaFree(s->scratch->ptr);

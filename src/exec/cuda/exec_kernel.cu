@@ -431,6 +431,7 @@ __device__ bool runStep(const Plan& p, Waiter& w, int ch, const commDevStep* st)
             if (recvDone < recvCount && loadVolatile(rc->head) >= rpos + 1) {
               action = 2;
               sRecvPos = rpos;
+              __threadfence(); /* the size was stored before head */
               sRecvSize = loadVolatile(&rc->sizes[rpos % nSlots]);
               break;
             }
