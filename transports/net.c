@@ -26,6 +26,7 @@
 #include "core.h"
 #include "topo.h"
 #include "debug.h"
+#include "net_nccl.h"
 #include "param.h"
 #include "transport.h"
 #include "utils.h"
@@ -96,7 +97,9 @@ static int netUsable(const commNet_t* net, const char* what) {
 }
 
 /* Load (or share) the library named by COMM_NET_PLUGIN; NULL with a WARN if it cannot be used. Tries the
- * name as given, then libcomm-net-<name>.so. Called with netPluginLock held. */
+ * name as given, then (a name without '/') libcomm-net-<name>.so and libnccl-net-<name>.so. The library
+ * exports libcomm's commNetPlugin_v2 or _v1, else an NCCL network plugin (ncclNetPlugin_v10, _v9 or _v8),
+ * used through the adapter in transports/net_nccl.c. Called with netPluginLock held. */
 static const commNet_t* netLoadLibrary(const char* name) {
   if (netPlugin.refs > 0) {
     if (strcmp(netPlugin.name, name) == 0) {
@@ -107,13 +110,20 @@ static const commNet_t* netLoadLibrary(const char* name) {
     return NULL;
   }
   void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-  if (!handle && !strchr(name, '/')) {
+  char firstErr[512] = "";
+  if (!handle) {
+    const char* e = dlerror();
+    snprintf(firstErr, sizeof(firstErr), "%s", e ? e : "unknown error");
+  }
+  static const char* const altNames[] = {"libcomm-net-%s.so", "libnccl-net-%s.so"};
+  for (size_t i = 0; !handle && !strchr(name, '/') && i < sizeof(altNames) / sizeof(altNames[0]); i++) {
     char alt[300];
-    snprintf(alt, sizeof(alt), "libcomm-net-%s.so", name);
+    snprintf(alt, sizeof(alt), altNames[i], name);
     handle = dlopen(alt, RTLD_NOW | RTLD_LOCAL);
   }
   if (!handle) {
-    WARN("NET : cannot load COMM_NET_PLUGIN=%s: %s", name, dlerror());
+    WARN("NET : cannot load COMM_NET_PLUGIN=%s: %s%s", name, firstErr,
+         strchr(name, '/') ? "" : " (nor libcomm-net-<name>.so, libnccl-net-<name>.so)");
     return NULL;
   }
   const commNet_t* net = (const commNet_t*)dlsym(handle, COMM_NET_PLUGIN_SYMBOL);
@@ -139,8 +149,11 @@ static const commNet_t* netLoadLibrary(const char* name) {
     memcpy(&netPlugin.fromV1, v1, sizeof(*v1));
     net = &netPlugin.fromV1;
   }
+  if (!net) net = commNetNcclWrap(handle, name); /* an NCCL network plugin, through the adapter */
   if (!net) {
-    WARN("NET : %s exports neither %s nor %s", name, COMM_NET_PLUGIN_SYMBOL, COMM_NET_PLUGIN_SYMBOL_V1);
+    WARN("NET : %s exports neither %s nor %s, nor a supported NCCL network plugin (%s, %s or %s)", name,
+         COMM_NET_PLUGIN_SYMBOL, COMM_NET_PLUGIN_SYMBOL_V1, NET_NCCL_SYMBOL_V10, NET_NCCL_SYMBOL_V9,
+         NET_NCCL_SYMBOL_V8);
     dlclose(handle);
     return NULL;
   }
