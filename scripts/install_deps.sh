@@ -3,19 +3,20 @@
 # usable (found as a command, a pkg-config module or a header, whether apt installed it or not) is left
 # alone, and apt is not run at all when nothing is missing.
 #   (no option)  build + tests: build-essential cmake pkg-config libhwloc-dev libcmocka-dev iproute2 clang
-#                libclang-rt-dev (libFuzzer for the topology parser's fuzz run)
+#                libclang-rt-dev (libFuzzer for the topology parser's fuzz run) libibverbs-dev (the IB
+#                transport's header: it and its tests, which run over an in-process fake device, build with it)
 #   --build      only what the library and the perf tools need (no cmocka, no iproute2)
 #   --bench      also the peers the benchmarks compare against (openmpi-bin libopenmpi-dev libgloo-dev)
 set -euo pipefail
 
 build=(build-essential cmake pkg-config libhwloc-dev)
-tests=(libcmocka-dev iproute2 clang libclang-rt-dev)
+tests=(libcmocka-dev iproute2 clang libclang-rt-dev libibverbs-dev)
 bench=()
 for arg in "$@"; do
   case "$arg" in
     --build) tests=() ;;
     --bench) bench=(openmpi-bin libopenmpi-dev libgloo-dev) ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "install_deps.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -36,6 +37,8 @@ usable() {
     libclang-rt-dev)  # libFuzzer, for scripts/fuzz_topo.sh
       command -v clang && printf 'int LLVMFuzzerTestOneInput(const char*d,unsigned long n){(void)d;(void)n;return 0;}\n' |
         clang -fsanitize=fuzzer -x c - -o /dev/null ;;
+    libibverbs-dev)  # only the header: libcomm loads libibverbs.so.1 at run time
+      command -v cc && printf '#include <infiniband/verbs.h>\n' | cc -E -x c - ;;
     openmpi-bin) command -v mpirun ;;
     libopenmpi-dev) command -v mpicc ;;
     libgloo-dev) command -v c++ && printf '#include <gloo/allreduce.h>\n' | c++ -std=c++17 -E -x c++ - ;;
