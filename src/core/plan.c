@@ -49,6 +49,7 @@ static commResult_t newPlan(commComm* comm, commFunc_t func, int nBufs, commPlan
   COMMCHECK(commCalloc(&plan, 1, sizeof(*plan)));
   plan->comm = comm;
   plan->func = func;
+  plan->devProto = commProtoSimple;
   plan->opCount = comm->opCount++;
   commResult_t res = commCalloc(&plan->bufs, (size_t)(nBufs < COMM_BUF_USER0 ? COMM_BUF_USER0 : nBufs), sizeof(void*));
   if (res != commSuccess) {
@@ -84,7 +85,9 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
     size_t want = bytes / DEV_BYTES_PER_CHANNEL;
     int maxCh = devMaxChannels(comm);
     choice.nChannels = want < 1 ? 1 : want > (size_t)maxCh ? maxCh : (int)want;
-    choice.proto = commProtoSimple;
+    /* LL for small messages, up to COMM_DEV_LL_MAX bytes (0, the default until it has run on a GPU: never). */
+    size_t llMax = (size_t)commParamSize("COMM_DEV_LL_MAX", 0, 0, 1 << 30);
+    choice.proto = bytes <= llMax ? commProtoLL : commProtoSimple;
     choice.chunkBytes = (size_t)comm->nSlots * comm->slotBytes;
   }
   commCollArgs args;
@@ -98,6 +101,7 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
   args.isReduction = isReductionFunc(t->func);
   args.nChannels = choice.nChannels;
   args.proto = choice.proto;
+  plan->devProto = choice.proto;
   /* A send step carries at most the protocol's step size, and never more than half the FIFO, so that
    * neighbours sending to each other never block. */
   size_t fifoHalf = (size_t)(comm->nSlots / 2) * (comm->slotBytes / plan->eltSize);

@@ -28,6 +28,7 @@ typedef struct commPlan {
   int root;
   int onDevice;         /* device buffers: run by the CUDA executor, ordered with the callers' streams */
 #define COMM_PLAN_MAX_STREAMS 8
+  int devProto;         /* device plans: commProtoLL or commProtoSimple */
   int nStreams;         /* device plans: the distinct streams of the calls in the plan (grouped send/recv */
   commStream_t streams[COMM_PLAN_MAX_STREAMS]; /* may name several) */
   const void* devScalar; /* device plans: a PREMULSUM scalar in device memory, read by the kernel */

@@ -23,6 +23,7 @@ typedef struct {
   uint64_t* sizes;    /* [nSlots] bytes in each slot */
   uint64_t* tail;     /* slots drained: written by the receiver, polled by the sender */
   uint64_t* pos;      /* this side's position */
+  char* llSlots;      /* nSlots * COMM_DEV_LL_SLOT_BYTES of LL lines, receiver's memory */
   uint32_t sysScope;  /* the peer is another GPU (or the host): fences at system scope, else GPU scope */
   uint32_t pad;
 } commDevConn;
@@ -49,6 +50,12 @@ typedef struct {
   uint64_t got, expected; /* bytes (size mismatch) */
 } commDevError;
 
+/* LL protocol: 16-byte lines {4 data bytes, flag, 4 data bytes, flag}, each written with one store; the
+ * flag is the slot's position + 1, so a reader knows a line is new without a fence or a head counter. A
+ * slot holds COMM_DEV_LL_PIECE data bytes in twice as many line bytes, in a region of the connection of its
+ * own (a Simple message's data left in a slot could otherwise look like a valid flag). */
+#define COMM_DEV_LL_PIECE (16 << 10)
+#define COMM_DEV_LL_SLOT_BYTES (2 * COMM_DEV_LL_PIECE)
 #define COMM_DEV_TRACE_STEPS 32 /* COMM_DEV_TRACE: end times of channel 0's first steps */
 #define COMM_DEV_INLINE_BYTES 2048 /* most plan bytes carried in the kernel's parameters */
 #define COMM_DEV_INLINE_SMALL 512   /* a kernel variant with less to copy per launch, for small plans */
@@ -69,6 +76,9 @@ typedef struct {
   commDevError* error;         /* mapped host memory */
   uint64_t timeoutNs;          /* without progress (0: never) */
   uint64_t* trace;             /* COMM_DEV_TRACE=1: channel 0 writes its timeline here (mapped host memory) */
+  int32_t proto;               /* commProtoLL or commProtoSimple */
+  int32_t pad;
+  char* llStaging;             /* LL: 2 * COMM_DEV_LL_PIECE bytes per channel of device memory */
   uint64_t opCount;
 } commDevPlanHdr;
 

@@ -20,8 +20,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 MODE=${1:-run}
 BUILD=${2:-build-gpu}
 # The GPU tests and benchmarks, as commands inside BUILD (the name of a case: the command with its arguments).
+# A case may start with VAR=value settings for its environment.
 TESTS=("tests/test_gpu_reduce" "tests/test_gpu_comm_device" "tests/test_gpu_coll -n 1,2,4,8"
-       "tests/test_gpu_coll -p")
+       "tests/test_gpu_coll -p" "COMM_DEV_LL_MAX=1048576 tests/test_gpu_coll -n 2,8")
 # compute-sanitizer runs on a representative subset: memcheck on these, racecheck (shared memory) too. It
 # runs the kernels of one process one at a time, so ranks that wait on each other are processes here.
 SANITIZED=("tests/test_gpu_coll -q -n 1" "tests/test_gpu_coll -q -p")
@@ -37,15 +38,18 @@ case $MODE in
     cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOMM_WERROR=ON -DCOMM_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" >/dev/null || exit 1
     targets=()
-    for t in "${TESTS[@]%% *}" "${BENCHES[@]%% *}"; do targets+=(--target "$(basename "$t")"); done
+    binOf() { local w; for w in $1; do [[ $w == *=* ]] || { echo "$w"; return; }; done; }
+    for t in "${TESTS[@]}" "${BENCHES[@]}"; do targets+=(--target "$(basename "$(binOf "$t")")"); done
     cmake --build "$BUILD" -j"$(nproc)" "${targets[@]}" || exit 1
     mkdir -p "$BUILD/lib"
-    for t in "${TESTS[@]%% *}" "${BENCHES[@]%% *}"; do
+    for t in "${TESTS[@]}" "${BENCHES[@]}"; do
+      t=$(binOf "$t")
       ldd "$BUILD/$t" | awk '/=> \// {print $3}' | grep -E 'libcomm|hwloc|cmocka|udev' | xargs -r -I{} cp -L {} "$BUILD/lib/"
     done
     # What the GPU machine needs, without the objects: the binaries and libraries under $BUILD-carry.
     rm -rf "$BUILD-carry" && mkdir -p "$BUILD-carry" && cp -r "$BUILD/lib" "$BUILD-carry/"
-    for t in "${TESTS[@]%% *}" "${BENCHES[@]%% *}"; do
+    for t in "${TESTS[@]}" "${BENCHES[@]}"; do
+      t=$(binOf "$t")
       mkdir -p "$BUILD-carry/$(dirname "$t")" && cp "$BUILD/$t" "$BUILD-carry/$t"
     done
     echo "run_on_gpu: built in $BUILD; carry $BUILD-carry and run: tests/gpu/run_on_gpu.sh run $BUILD-carry"
@@ -61,11 +65,13 @@ case $MODE in
     fail=0
     summary() { echo "$1" | tee -a "$LOGS/summary.txt"; }
     : > "$LOGS/summary.txt"
-    caseName() { basename "$1" | tr ' ,' '_.' | tr -s '_'; }
+    caseName() { echo "$1" | sed 's|[^ ]*/||g' | tr ' ,=' '_.-' | tr -s '_'; }
     for t in "${TESTS[@]}"; do
       name=$(caseName "$t")
+      envs=() && cmd=$t
+      while [[ ${cmd%% *} == *=* ]]; do envs+=("${cmd%% *}") && cmd=${cmd#* }; done
       # shellcheck disable=SC2086
-      timeout 900 "$BUILD/"$t > "$LOGS/$name.txt" 2>&1
+      env "${envs[@]}" timeout 900 "$BUILD/"$cmd > "$LOGS/$name.txt" 2>&1
       rc=$?
       case $rc in
         0) summary "PASS $t" ;;
@@ -89,7 +95,12 @@ case $MODE in
     for b in "${BENCHES[@]}"; do
       name=$(caseName "$b")
       # shellcheck disable=SC2086
-      if timeout 600 "$BUILD/"$b > "$LOGS/$name.txt" 2>&1; then summary "RAN  $b"; else summary "FAIL $b"; fail=1; fi
+      timeout 600 "$BUILD/"$b > "$LOGS/$name.txt" 2>&1
+      case $? in
+        0) summary "RAN  $b" ;;
+        77) summary "SKIP $b (no GPU)" ;;
+        *) summary "FAIL $b"; fail=1 ;;
+      esac
     done
     echo "run_on_gpu: logs in $LOGS"
     exit $fail

@@ -20,7 +20,8 @@
 #include "transport.h"
 #include "utils.h"
 
-/* Block layouts (bytes). Receiver: head, its position, sizes, then the slots. Sender: tail, position. */
+/* Block layouts (bytes). Receiver: head, its position, sizes, the Simple slots, then the LL slots. Sender:
+ * tail, position. */
 #define P2P_HEAD_OFF 0
 #define P2P_POS_OFF 64
 #define P2P_SIZES_OFF 128
@@ -173,7 +174,9 @@ out:
 static commResult_t p2pRecvSetup(commComm* comm, commConn* conn, void* info) {
   conn->slotBytes = comm->slotBytes;
   conn->nSlots = comm->nSlots;
-  return allocBlock(comm, conn, P2P_SLOTS_OFF + (size_t)comm->nSlots * comm->slotBytes, info);
+  /* The Simple slots, then the LL slots. */
+  return allocBlock(comm, conn, P2P_SLOTS_OFF + (size_t)comm->nSlots * (comm->slotBytes + COMM_DEV_LL_SLOT_BYTES),
+                    info);
 }
 
 static commResult_t p2pSendConnect(commComm* comm, commConn* conn, const void* info, void* ack) {
@@ -211,6 +214,7 @@ commResult_t commP2pDevConn(const commConn* conn, commDevConn* out) {
   char* recvBlock = conn->isSend ? st->remote : st->local;
   char* sendBlock = conn->isSend ? st->local : st->remote;
   out->slots = recvBlock + P2P_SLOTS_OFF;
+  out->llSlots = out->slots + (size_t)conn->nSlots * conn->slotBytes;
   out->head = (uint64_t*)(recvBlock + P2P_HEAD_OFF);
   out->sizes = (uint64_t*)(recvBlock + P2P_SIZES_OFF);
   out->tail = (uint64_t*)(sendBlock + P2P_TAIL_OFF);

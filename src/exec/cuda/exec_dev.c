@@ -45,6 +45,7 @@ typedef struct commDevState {
   int errorReported;
   planBuf* pool; /* grows when every buffer is still in use */
   int poolSize, poolNext;
+  char* llStaging;     /* LL: 2 pieces per channel */
   scratchBuf* scratch; /* newest first; older ones may still be referenced by captured graphs */
   size_t scratchBytes;
 } commDevState;
@@ -132,7 +133,6 @@ static commResult_t stateCreate(commComm* comm) {
   void* wordsDev = NULL;
   cudaError_t we = cudaHostGetDevicePointer(&wordsDev, words, 0);
   if (we != cudaSuccess) {
-    cudaFreeHost(words);
     res = cudaFail("cudaHostGetDevicePointer", we);
     goto fail;
   }
@@ -143,11 +143,13 @@ static commResult_t stateCreate(commComm* comm) {
     memset((void*)s->trace, 0, (8 + COMM_DEV_TRACE_STEPS) * sizeof(uint64_t));
     s->traceDev = (uint64_t*)((char*)wordsDev + 512);
   }
+  CUDACHECKGOTO(cudaMalloc((void**)&s->llStaging, (size_t)COMM_MAX_CHANNELS * 2 * COMM_DEV_LL_PIECE), res, fail);
   comm->dev = s;
   INFO(COMM_INIT, "rank %d: CUDA executor on device %d: own stream, %d threads per channel", comm->rank,
        comm->cudaDev, COMM_DEV_THREADS);
   return commSuccess;
 fail:
+  if (s->abortFlag) cudaFreeHost((void*)s->abortFlag);
   if (s->lastDone) cudaEventDestroy(s->lastDone);
   if (s->joinOut) cudaEventDestroy(s->joinOut);
   if (s->joinIn) cudaEventDestroy(s->joinIn);
@@ -361,6 +363,8 @@ static commResult_t launchPlan(commComm* comm, const commPlan* plan, cudaStream_
   h->abortFlag = s->abortFlagDev;
   h->error = s->errorDev;
   h->trace = s->traceDev;
+  h->proto = plan->devProto;
+  h->llStaging = s->llStaging;
   h->timeoutNs = comm->timeoutMs < 0 ? 0 : comm->timeoutMs == 0 ? 1 : (uint64_t)comm->timeoutMs * 1000000ull;
   h->opCount = plan->opCount;
   planBuf* pooled = NULL;
@@ -584,6 +588,7 @@ void commDevFree(commComm* comm) {
   cudaEventDestroy(s->joinIn);
   cudaEventDestroy(s->joinOut);
   cudaEventDestroy(s->lastDone);
+  cudaFree(s->llStaging);
   cudaStreamDestroy(s->stream);
   cudaFreeHost((void*)s->abortFlag);
   guardLeave(comm, &g);

@@ -316,6 +316,201 @@ __device__ void fail(const Plan& p, int code, int channel, int peer, int isSend,
   if (threadIdx.x == 0) reportError(p.h, code, channel, peer, isSend, got, expected);
 }
 
+/* ---- LL protocol ---- */
+
+__shared__ int sLLErr; /* a failure one thread's line poll saw (0: none); every thread stops polling on it */
+
+/* The block writes `bytes` of stage as LL lines at slot, flagged `flag` (one 16-byte store per line). */
+__device__ void llPack(char* slot, const char* stage, size_t bytes, uint32_t flag) {
+  size_t nLines = (bytes + 7) / 8;
+  for (size_t l = threadIdx.x; l < nLines; l += blockDim.x) {
+    uint32_t d[2] = {0, 0};
+    if (bytes - l * 8 >= 8) {
+      uint2 v = __ldcg((const uint2*)(stage + l * 8));
+      d[0] = v.x, d[1] = v.y;
+    } else {
+      for (size_t b = 0; b < bytes - l * 8; b++) ((uint8_t*)d)[b] = __ldcg((const uint8_t*)stage + l * 8 + b);
+    }
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(slot + l * 16), "r"(d[0]), "r"(flag),
+                 "r"(d[1]), "r"(flag)
+                 : "memory");
+  }
+}
+
+/* Is the line at p flagged `flag` (both halves)? Its data in d. */
+__device__ __forceinline__ bool llLine(const char* p, uint32_t flag, uint32_t* d) {
+  uint32_t d0, f0, d1, f1;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1) : "l"(p)
+               : "memory");
+  d[0] = d0, d[1] = d1;
+  return f0 == flag && f1 == flag;
+}
+
+/* The block waits for and reads `bytes` of LL lines flagged `flag` at slot into stage. Each thread polls its
+ * own lines, watching the abort flag, the timeout and the other threads (sLLErr). */
+__device__ void llUnpack(const commDevPlanHdr* h, const char* slot, char* stage, size_t bytes, uint32_t flag) {
+  size_t nLines = (bytes + 7) / 8;
+  uint64_t start = 0;
+  for (size_t l = threadIdx.x; l < nLines; l += blockDim.x) {
+    uint32_t d[2];
+    int spins = 0;
+    while (!llLine(slot + l * 16, flag, d)) {
+      if (++spins < SPINS_BEFORE_CHECK) continue;
+      spins = 0;
+      if (*(volatile int*)&sLLErr) return;
+      int r = COMM_DEV_OK;
+      if (*h->abortFlag || *(volatile int32_t*)&h->error->code != COMM_DEV_OK) r = COMM_DEV_ABORTED;
+      uint64_t now = globalTimer();
+      if (start == 0) start = now;
+      if (r == COMM_DEV_OK && h->timeoutNs && now - start > h->timeoutNs) r = COMM_DEV_TIMEOUT;
+      if (r != COMM_DEV_OK) {
+        atomicCAS(&sLLErr, 0, r);
+        return;
+      }
+      __nanosleep(100);
+    }
+    if (bytes - l * 8 >= 8) {
+      *(uint2*)(stage + l * 8) = make_uint2(d[0], d[1]);
+    } else {
+      for (size_t b = 0; b < bytes - l * 8; b++) stage[l * 8 + b] = (char)((const uint8_t*)d)[b];
+    }
+  }
+}
+
+/* After llUnpack: the block agrees; false (and the failure recorded) when a poll gave up. */
+__device__ bool llSyncOk(const Plan& p, int ch, int peer) {
+  __syncthreads();
+  int r = *(volatile int*)&sLLErr;
+  if (r != COMM_DEV_OK) {
+    if (threadIdx.x == 0) reportError(p.h, r, ch, peer, 0, 0, 0);
+    return false;
+  }
+  return true;
+}
+
+/* One step of channel ch with the LL protocol: every piece goes through this channel's staging (stageIn:
+ * what arrived, stageOut: what leaves), so that move() stays the one data path. */
+__device__ bool runStepLL(const Plan& p, Waiter& w, int ch, const commDevStep* st) {
+  const commDevPlanHdr* h = p.h;
+  const size_t elt = h->eltSize, piece = COMM_DEV_LL_PIECE / elt;
+  const uint32_t nSlots = h->nSlots;
+  const commDevConn* sc = st->sendConn >= 0 ? &p.conns[st->sendConn] : NULL;
+  const commDevConn* rc = st->recvConn >= 0 ? &p.conns[st->recvConn] : NULL;
+  const int pre = st->flags & COMM_STEP_PRE, post = st->flags & COMM_STEP_POST;
+  char* src = (char*)st->src;
+  char* dst = (char*)st->dst;
+  char* stageIn = h->llStaging + (size_t)ch * 2 * COMM_DEV_LL_PIECE;
+  char* stageOut = stageIn + COMM_DEV_LL_PIECE;
+  const bool tid0 = threadIdx.x == 0;
+  const int prim = st->prim;
+  const bool sends = prim == COMM_PRIM_SEND || prim == COMM_PRIM_COPY_SEND || prim == COMM_PRIM_RECV_REDUCE_SEND ||
+                     prim == COMM_PRIM_RECV_COPY_SEND || prim == COMM_PRIM_RECV_REDUCE_COPY_SEND;
+  const bool recvs = prim == COMM_PRIM_RECV || prim == COMM_PRIM_RECV_REDUCE_COPY ||
+                     prim == COMM_PRIM_RECV_REDUCE_SEND || prim == COMM_PRIM_RECV_COPY_SEND ||
+                     prim == COMM_PRIM_RECV_REDUCE_COPY_SEND;
+
+  if (prim == COMM_PRIM_SEND_RECV) {
+    size_t sendCount = sc ? st->count : 0, recvCount = rc ? st->recvCount : 0;
+    size_t sendDone = 0, recvDone = 0;
+    while (sendDone < sendCount || recvDone < recvCount) {
+      if (tid0) { /* whichever side is ready: FIFO space, or the first line of the next message */
+        int r = COMM_DEV_OK, action = 0, spins = 0;
+        uint64_t spos = sendDone < sendCount ? loadVolatile(sc->pos) : 0;
+        uint64_t rpos = recvDone < recvCount ? loadVolatile(rc->pos) : 0;
+        uint32_t d[2];
+        for (;;) {
+          if (sendDone < sendCount && loadVolatile(sc->tail) + nSlots >= spos + 1) {
+            action = 1;
+            sSendPos = spos;
+            break;
+          }
+          if (recvDone < recvCount &&
+              llLine(rc->llSlots + (rpos % nSlots) * COMM_DEV_LL_SLOT_BYTES, (uint32_t)(rpos + 1), d)) {
+            action = 2;
+            sRecvPos = rpos;
+            break;
+          }
+          if (++spins == SPINS_BEFORE_CHECK) {
+            spins = 0;
+            r = checkWait(w);
+            if (r != COMM_DEV_OK) break;
+          }
+        }
+        if (r == COMM_DEV_OK) w.lastProgress = globalTimer();
+        sAction = action;
+        sErr = r;
+      }
+      __syncthreads();
+      if (sErr != COMM_DEV_OK) {
+        fail(p, sErr, ch, sendDone < sendCount ? st->sendPeer : st->recvPeer, sendDone < sendCount, 0, 0);
+        return false;
+      }
+      if (sAction == 1) {
+        size_t n = min(piece, sendCount - sendDone);
+        uint64_t pos = sSendPos;
+        move(p, stageOut, NULL, src + sendDone * elt, NULL, n, pre, 0);
+        __syncthreads();
+        llPack(sc->llSlots + (pos % nSlots) * COMM_DEV_LL_SLOT_BYTES, stageOut, n * elt, (uint32_t)(pos + 1));
+        __syncthreads();
+        if (tid0) storeVolatile(sc->pos, pos + 1);
+        sendDone += n;
+      } else {
+        size_t n = min(piece, recvCount - recvDone);
+        uint64_t pos = sRecvPos;
+        llUnpack(h, rc->llSlots + (pos % nSlots) * COMM_DEV_LL_SLOT_BYTES, stageIn, n * elt, (uint32_t)(pos + 1));
+        if (!llSyncOk(p, ch, st->recvPeer)) return false;
+        move(p, dst + recvDone * elt, NULL, stageIn, NULL, n, 0, 0);
+        __syncthreads();
+        if (tid0) releaseRecv(rc, pos);
+        recvDone += n;
+      }
+    }
+    return true;
+  }
+
+  for (size_t done = 0; done < st->count;) {
+    size_t n = min(piece, (size_t)st->count - done), off = done * elt;
+    /* Positions (and, to send, a free slot) */
+    int r = COMM_DEV_OK;
+    if (tid0) {
+      if (recvs) sRecvPos = loadVolatile(rc->pos);
+      if (sends) r = waitSend(w, sc, nSlots);
+    }
+    if (!syncOk(r)) {
+      fail(p, sErr, ch, st->sendPeer, 1, 0, 0);
+      return false;
+    }
+    uint64_t rpos = sRecvPos, spos = sSendPos;
+    if (recvs) {
+      llUnpack(h, rc->llSlots + (rpos % nSlots) * COMM_DEV_LL_SLOT_BYTES, stageIn, n * elt, (uint32_t)(rpos + 1));
+      if (!llSyncOk(p, ch, st->recvPeer)) return false;
+      if (tid0) w.lastProgress = globalTimer();
+    }
+    switch (prim) {
+      case COMM_PRIM_SEND: move(p, stageOut, NULL, src + off, NULL, n, pre, post); break;
+      case COMM_PRIM_COPY_SEND:
+        move(p, stageOut, dst != src || pre || post ? dst + off : NULL, src + off, NULL, n, pre, post);
+        break;
+      case COMM_PRIM_RECV: move(p, dst + off, NULL, stageIn, NULL, n, 0, post); break;
+      case COMM_PRIM_RECV_REDUCE_COPY: move(p, dst + off, NULL, stageIn, src + off, n, pre, post); break;
+      case COMM_PRIM_RECV_REDUCE_SEND: move(p, stageOut, NULL, stageIn, src + off, n, pre, post); break;
+      case COMM_PRIM_RECV_COPY_SEND: move(p, dst + off, stageOut, stageIn, NULL, n, 0, post); break;
+      default: move(p, dst + off, stageOut, stageIn, src + off, n, pre, post); break; /* RECV_REDUCE_COPY_SEND */
+    }
+    __syncthreads();
+    if (sends) {
+      llPack(sc->llSlots + (spos % nSlots) * COMM_DEV_LL_SLOT_BYTES, stageOut, n * elt, (uint32_t)(spos + 1));
+      __syncthreads();
+    }
+    if (tid0) {
+      if (sends) storeVolatile(sc->pos, spos + 1);
+      if (recvs) releaseRecv(rc, rpos);
+    }
+    done += n;
+  }
+  return true;
+}
+
 /* One step of channel ch. false: the block stops (failure recorded). */
 __device__ bool runStep(const Plan& p, Waiter& w, int ch, const commDevStep* st) {
   const commDevPlanHdr* h = p.h;
@@ -328,6 +523,9 @@ __device__ bool runStep(const Plan& p, Waiter& w, int ch, const commDevStep* st)
   char* dst = (char*)st->dst;
   const bool tid0 = threadIdx.x == 0;
 
+  if (h->proto == commProtoLL && st->prim != COMM_PRIM_NOP && st->prim != COMM_PRIM_COPY &&
+      st->prim != COMM_PRIM_REDUCE)
+    return runStepLL(p, w, ch, st);
   switch (st->prim) {
     case COMM_PRIM_NOP: return true;
     case COMM_PRIM_COPY:
@@ -508,6 +706,7 @@ __global__ void __launch_bounds__(COMM_DEV_THREADS, 1) execKernel(const __grid_c
     for (uint32_t i = 0; i < h->eltSize; i++) bits |= (uint64_t)s[i] << (8 * i);
     p.scalarBits = bits;
   }
+  if (threadIdx.x == 0) sLLErr = 0; /* (the first step's barriers publish it) */
   Waiter w = {h, globalTimer(), 0, 0, 0};
   const uint64_t start = w.lastProgress;
   for (int s = h->stepBegin[ch]; s < h->stepBegin[ch + 1]; s++) {
