@@ -30,6 +30,10 @@
 #include "param.h"
 #include "transport.h"
 #include "utils.h"
+#ifdef COMM_HAVE_IBVERBS
+#include "ib/ib_verbs_fake.h"
+#include "ib/net_ib.h"
+#endif
 
 #define NET_PAGE 4096
 #define NET_PROXY_BUSY_US 20
@@ -168,10 +172,128 @@ static const commNet_t* netLoadLibrary(const char* name) {
   return net;
 }
 
+/* ---------------------------------------------------------------- built-in networks: IB and Socket */
+
+/* The built-in IB network, probed once per process (called with netPluginLock held): the real libibverbs,
+ * or with COMM_IB_FAKE=<n>[:ib|:roce] (tests only) the in-process fake verbs with n active one-port
+ * devices (InfiniBand, or RoCE with v2 GIDs). The fake connects QPs only within this process, so it
+ * serves ranks that are threads of one process. NULL when IB cannot be used, with the reason in `why`. */
+#ifdef COMM_HAVE_IBVERBS
+static int netIbState; /* 0: not probed; 1: usable; -1: not usable (netIbWhy says why) */
+static char netIbWhy[300];
+static char netIbHow[128]; /* what IB runs over, for the INFO line */
+static const commNet_t* netIb; /* the IB table, once usable */
+
+static const commIbVerbs* netIbFakeVerbs(const char* spec, char* why, size_t whyLen) {
+  char* end = NULL;
+  long n = strtol(spec, &end, 10);
+  uint8_t linkLayer = IBV_LINK_LAYER_INFINIBAND;
+  if (end != spec && end && *end == ':') {
+    if (strcasecmp(end + 1, "roce") == 0) linkLayer = IBV_LINK_LAYER_ETHERNET;
+    else if (strcasecmp(end + 1, "ib") == 0) linkLayer = IBV_LINK_LAYER_INFINIBAND;
+    else end = NULL;
+    if (end) end += strlen(end);
+  }
+  if (end == spec || end == NULL || *end != '\0' || n < 1 || n > COMM_IB_FAKE_MAX_DEVS) {
+    snprintf(why, whyLen, "COMM_IB_FAKE=%s is not <n>[:ib|:roce] with n in 1..%d", spec, COMM_IB_FAKE_MAX_DEVS);
+    return NULL;
+  }
+  commIbFakeDevice devs[COMM_IB_FAKE_MAX_DEVS];
+  for (int i = 0; i < (int)n; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "%s%d", linkLayer == IBV_LINK_LAYER_ETHERNET ? "fakeroce" : "fakeib", i);
+    commIbFakeDeviceInit(&devs[i], name, linkLayer, i);
+  }
+  int err = commIbFakeConfigure((int)n, devs);
+  if (err) {
+    snprintf(why, whyLen, "COMM_IB_FAKE=%s: cannot configure the fake devices: %s", spec, strerror(err));
+    return NULL;
+  }
+  snprintf(netIbHow, sizeof(netIbHow), "fake verbs (COMM_IB_FAKE=%s, tests only)", spec);
+  return commIbFakeVerbs();
+}
+
+static const commNet_t* netIbGet(char* why, size_t whyLen) {
+  if (netIbState == 0) {
+    netIbState = -1;
+    const char* fake = commParamStr("COMM_IB_FAKE", NULL);
+    const commIbVerbs* verbs = NULL;
+    if (fake && *fake && strcmp(fake, "0") != 0) {
+      verbs = netIbFakeVerbs(fake, netIbWhy, sizeof(netIbWhy));
+    } else {
+      char loadWhy[256] = "";
+      if (commIbVerbsLoad(&verbs, loadWhy, sizeof(loadWhy)) != commSuccess || !verbs) {
+        verbs = NULL;
+        snprintf(netIbWhy, sizeof(netIbWhy), "libibverbs cannot be loaded (%s)", loadWhy);
+      } else {
+        snprintf(netIbHow, sizeof(netIbHow), "%s", verbs->name);
+      }
+    }
+    if (verbs) {
+      const commNet_t* ib = commNetIbPlugin(verbs);
+      const char* hca = commParamStr("COMM_IB_HCA", NULL);
+      int ndev = 0;
+      if (ib->init(netLogger) != commSuccess) {
+        snprintf(netIbWhy, sizeof(netIbWhy), "the IB network failed to initialise over %s", netIbHow);
+      } else if (ib->devices(&ndev) != commSuccess || ndev < 1) {
+        snprintf(netIbWhy, sizeof(netIbWhy), "%s found no active RDMA port%s%s", netIbHow,
+                 hca && *hca ? " selected by COMM_IB_HCA=" : "", hca && *hca ? hca : "");
+      } else {
+        netIbState = 1;
+        netIb = ib;
+        INFO(COMM_NET | COMM_INIT, "NET : IB is usable: %d active RDMA port(s) over %s", ndev, netIbHow);
+      }
+    }
+  }
+  if (netIbState == 1) return netIb;
+  snprintf(why, whyLen, "%s", netIbWhy);
+  return NULL;
+}
+#else
+static const commNet_t* netIbGet(char* why, size_t whyLen) {
+  snprintf(why, whyLen, "the IB transport is not built into this library (COMM_IB=OFF, or no <infiniband/verbs.h>)");
+  return NULL;
+}
+#endif
+
+/* The built-in Socket network, initialised once per process. */
+static const commNet_t* netSocket(void) {
+  if (!netSocketInitDone) netSocketInitDone = netUsable(&commNetSocket, "Socket");
+  return netSocketInitDone ? &commNetSocket : NULL;
+}
+
+/* Choose between the built-in networks (called with netPluginLock held): `forced` ("IB" or "Socket", any
+ * case; NULL: automatic) comes from COMM_NET. Automatic: IB when usable (the real libibverbs loads and
+ * has an active port that COMM_IB_HCA selects), else Socket. A forced IB that cannot be used is a WARN and
+ * Socket. NULL when even Socket cannot be used. */
+static const commNet_t* netChooseBuiltin(const char* forced, const char* source) {
+  char why[300] = "";
+  if (forced && strcasecmp(forced, "IB") != 0 && strcasecmp(forced, "Socket") != 0) {
+    WARN("NET : %s=%s is not a built-in network (IB or Socket): choosing automatically", source, forced);
+    forced = NULL;
+  }
+  const commNet_t* net = NULL;
+  if (forced && strcasecmp(forced, "Socket") == 0) {
+    INFO(COMM_NET | COMM_INIT, "NET : using the built-in Socket network (%s=%s)", source, forced);
+  } else if (forced) {
+    net = netIbGet(why, sizeof(why));
+    if (net) INFO(COMM_NET | COMM_INIT, "NET : using the built-in IB network (%s=%s)", source, forced);
+    else WARN("NET : %s=%s but IB cannot be used: %s; falling back to the built-in Socket network", source, forced,
+              why);
+  } else {
+    net = netIbGet(why, sizeof(why));
+    if (net) INFO(COMM_NET | COMM_INIT, "NET : using the built-in IB network (automatic: IB has an active RDMA port)");
+    else INFO(COMM_NET | COMM_INIT, "NET : using the built-in Socket network (automatic: IB cannot be used: %s)", why);
+  }
+  return net ? net : netSocket();
+}
+
 commResult_t commNetInit(struct commComm* comm) {
   if (comm->net) return commSuccess;
   struct commNetState* st;
   COMMCHECK(commCalloc(&st, 1, sizeof(*st)));
+  /* Which network: a library named by COMM_NET_PLUGIN (falling back to Socket), else a built-in one
+   * chosen by COMM_NET or automatically. ("socket" as COMM_NET_PLUGIN means the built-in Socket.) */
   const char* name = commParamStr("COMM_NET_PLUGIN", NULL);
   pthread_mutex_lock(&netPluginLock);
   if (name && strcasecmp(name, "socket") != 0) {
@@ -179,9 +301,12 @@ commResult_t commNetInit(struct commComm* comm) {
     if (st->net) st->fromLibrary = 1;
     else WARN("NET : falling back to the built-in Socket network");
   }
-  if (!st->net) {
-    if (!netSocketInitDone) netSocketInitDone = netUsable(&commNetSocket, "Socket");
-    if (netSocketInitDone) st->net = &commNetSocket;
+  if (!st->net && name) {
+    st->net = netSocket();
+  } else if (!st->net) {
+    /* The communicator's config wins over COMM_NET. */
+    const char* forced = comm->netName[0] ? comm->netName : commParamStr("COMM_NET", NULL);
+    st->net = netChooseBuiltin(forced && *forced ? forced : NULL, comm->netName[0] ? "config netName" : "COMM_NET");
   }
   pthread_mutex_unlock(&netPluginLock);
   if (!st->net) {

@@ -457,6 +457,8 @@ COMM_API commResult_t commInitRankConfig(comm_t* newcomm, int nranks, commUnique
   if (CONFIG_HAS(config, timeoutMs) && config->timeoutMs != COMM_CONFIG_UNDEF_INT) comm->timeoutMs = config->timeoutMs;
   if (CONFIG_HAS(config, commName) && config->commName != NULL)
     snprintf(comm->name, sizeof(comm->name), "%s", config->commName);
+  if (CONFIG_HAS(config, netName) && config->netName != NULL)
+    snprintf(comm->netName, sizeof(comm->netName), "%s", config->netName);
   int64_t buffSize = commParamSize("COMM_BUFFSIZE", COMM_DEFAULT_BUFFSIZE, 64 * 1024, 1LL << 30);
   comm->nSlots = COMM_NSLOTS;
   comm->slotBytes = (size_t)buffSize / COMM_NSLOTS / 64 * 64;

@@ -66,6 +66,7 @@ struct commComm {
   int node, nNodes;
   int* rankNode;       /* [nRanks]: node index of each rank, nodes numbered in order of their first rank */
   char name[64];
+  char netName[32];    /* commConfig_t.netName: the built-in network to use ("IB", "Socket"); "" automatic */
   uint64_t commHash;
   commPeerInfo* peers; /* [nRanks] */
   commBootstrap* bootstrap;
