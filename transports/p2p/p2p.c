@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "cuda_util.h"
 #include "debug.h"
 #include "exec_dev.h"
 #include "transport.h"
@@ -47,21 +48,6 @@ typedef struct {
   int remoteIpc; /* remote came from cudaIpcOpenMemHandle */
 } p2pState;
 
-static commResult_t cudaFail(const char* what, cudaError_t err) {
-  WARN("P2P transport: %s failed: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
-  return commUnhandledCudaError;
-}
-
-static commResult_t onDevice(const commComm* comm, int* saved) {
-  cudaError_t e = cudaGetDevice(saved);
-  if (e != cudaSuccess) return cudaFail("cudaGetDevice", e);
-  if (*saved != comm->cudaDev && (e = cudaSetDevice(comm->cudaDev)) != cudaSuccess) return cudaFail("cudaSetDevice", e);
-  return commSuccess;
-}
-static void offDevice(const commComm* comm, int saved) {
-  if (saved != comm->cudaDev) cudaSetDevice(saved);
-}
-
 static pthread_once_t nonceOnce = PTHREAD_ONCE_INIT;
 static uint64_t processNonce;
 static void makeNonce(void) {
@@ -92,8 +78,8 @@ static commResult_t allocBlock(commComm* comm, commConn* conn, size_t bytes, voi
   conn->priv = st;
   st->localDev = comm->cudaDev;
   st->peerDev = -1;
-  int saved;
-  COMMCHECK(onDevice(comm, &saved));
+  commCudaDevGuard g;
+  COMMCHECK(commCudaDevEnter(comm->cudaDev, &g));
   pthread_once(&nonceOnce, makeNonce);
   /* Connections are made on first use, possibly while the caller captures a graph. */
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
@@ -101,11 +87,11 @@ static commResult_t allocBlock(commComm* comm, commConn* conn, size_t bytes, voi
   commResult_t res = commSuccess;
   cudaError_t e = cudaMalloc((void**)&st->local, bytes);
   if (e != cudaSuccess) {
-    res = cudaFail("cudaMalloc of a FIFO", e);
+    res = commCudaFail("cudaMalloc of a FIFO", e);
     goto out;
   }
   if ((e = zeroBlock(st->local, bytes)) != cudaSuccess) {
-    res = cudaFail("zeroing a FIFO", e);
+    res = commCudaFail("zeroing a FIFO", e);
     goto out;
   }
   p2pInfo info;
@@ -125,7 +111,7 @@ static commResult_t allocBlock(commComm* comm, commConn* conn, size_t bytes, voi
   memcpy(infoOut, &info, sizeof(info));
 out:
   cudaThreadExchangeStreamCaptureMode(&mode);
-  offDevice(comm, saved);
+  commCudaDevLeave(comm->cudaDev, &g);
   return res;
 }
 
@@ -136,8 +122,8 @@ static commResult_t openRemote(commComm* comm, commConn* conn, const void* infoI
   memcpy(&info, infoIn, sizeof(info));
   st->peerDev = info.dev;
   st->peerSameProcess = info.processNonce == processNonce && info.pid == (int32_t)getpid();
-  int saved;
-  COMMCHECK(onDevice(comm, &saved));
+  commCudaDevGuard g;
+  COMMCHECK(commCudaDevEnter(comm->cudaDev, &g));
   commResult_t res = commSuccess;
   cudaError_t e;
   if (st->peerSameProcess) {
@@ -154,20 +140,20 @@ static commResult_t openRemote(commComm* comm, commConn* conn, const void* infoI
       e = cudaDeviceEnablePeerAccess(info.dev, 0);
       if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
       else if (e != cudaSuccess) {
-        res = cudaFail("cudaDeviceEnablePeerAccess", e);
+        res = commCudaFail("cudaDeviceEnablePeerAccess", e);
         goto out;
       }
     }
   } else {
     e = cudaIpcOpenMemHandle((void**)&st->remote, info.handle, cudaIpcMemLazyEnablePeerAccess);
     if (e != cudaSuccess) {
-      res = cudaFail("cudaIpcOpenMemHandle (the peer rank runs in another process)", e);
+      res = commCudaFail("cudaIpcOpenMemHandle (the peer rank runs in another process)", e);
       goto out;
     }
     st->remoteIpc = 1;
   }
 out:
-  offDevice(comm, saved);
+  commCudaDevLeave(comm->cudaDev, &g);
   return res;
 }
 
@@ -193,11 +179,11 @@ static commResult_t p2pRecvConnect(commComm* comm, commConn* conn, const void* a
 static commResult_t p2pClose(commComm* comm, commConn* conn) {
   p2pState* st = conn->priv;
   if (st == NULL) return commSuccess;
-  int saved;
-  if (onDevice(comm, &saved) == commSuccess) {
+  commCudaDevGuard g;
+  if (commCudaDevEnter(comm->cudaDev, &g) == commSuccess) {
     if (st->remoteIpc && st->remote) cudaIpcCloseMemHandle(st->remote);
     if (st->local) cudaFree(st->local);
-    offDevice(comm, saved);
+    commCudaDevLeave(comm->cudaDev, &g);
   }
   free(st);
   conn->priv = NULL;

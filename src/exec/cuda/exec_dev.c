@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "cuda_util.h"
 #include "debug.h"
 #include "exec.h"
 #include "exec_dev.h"
@@ -51,37 +52,6 @@ typedef struct commDevState {
 } commDevState;
 
 int commDevAvailable(void) { return 1; }
-
-static commResult_t cudaFail(const char* what, cudaError_t err) {
-  WARN("CUDA error in %s: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
-  return commUnhandledCudaError;
-}
-#define CUDACHECK(call)                                 \
-  do {                                                  \
-    cudaError_t e_ = (call);                            \
-    if (e_ != cudaSuccess) return cudaFail(#call, e_);  \
-  } while (0)
-#define CUDACHECKGOTO(call, res, label)  \
-  do {                                   \
-    cudaError_t e_ = (call);             \
-    if (e_ != cudaSuccess) {             \
-      res = cudaFail(#call, e_);         \
-      goto label;                        \
-    }                                    \
-  } while (0)
-
-/* Run with comm's device current; put the caller's back after. */
-typedef struct {
-  int saved;
-} devGuard;
-static commResult_t guardEnter(const commComm* comm, devGuard* g) {
-  CUDACHECK(cudaGetDevice(&g->saved));
-  if (g->saved != comm->cudaDev) CUDACHECK(cudaSetDevice(comm->cudaDev));
-  return commSuccess;
-}
-static void guardLeave(const commComm* comm, const devGuard* g) {
-  if (g->saved != comm->cudaDev) cudaSetDevice(g->saved);
-}
 
 /* Buffers a captured graph owns: freed when the graph goes (the destructor may not call CUDA, so it
  * queues them; the next call of any communicator frees them). */
@@ -133,7 +103,7 @@ static commResult_t stateCreate(commComm* comm) {
   void* wordsDev = NULL;
   cudaError_t we = cudaHostGetDevicePointer(&wordsDev, words, 0);
   if (we != cudaSuccess) {
-    res = cudaFail("cudaHostGetDevicePointer", we);
+    res = commCudaFail("cudaHostGetDevicePointer", we);
     goto fail;
   }
   s->abortFlagDev = (volatile int32_t*)wordsDev;
@@ -160,13 +130,13 @@ fail:
 
 commResult_t commDevEnsure(commComm* comm) {
   if (comm->dev != NULL) return commSuccess;
-  devGuard g;
-  COMMCHECK(guardEnter(comm, &g));
+  commCudaDevGuard g;
+  COMMCHECK(commCudaDevEnter(comm->cudaDev, &g));
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   cudaThreadExchangeStreamCaptureMode(&mode); /* the first call may come inside a graph capture */
   commResult_t res = stateCreate(comm);
   cudaThreadExchangeStreamCaptureMode(&mode);
-  guardLeave(comm, &g);
+  commCudaDevLeave(comm->cudaDev, &g);
   return res;
 }
 
@@ -179,13 +149,13 @@ commResult_t commDevScratch(commComm* comm, size_t bytes, void** scratch) {
   }
   scratchBuf* b = NULL;
   COMMCHECK(commCalloc(&b, 1, sizeof(*b)));
-  devGuard g;
-  COMMCHECK(guardEnter(comm, &g));
+  commCudaDevGuard g;
+  COMMCHECK(commCudaDevEnter(comm->cudaDev, &g));
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   cudaThreadExchangeStreamCaptureMode(&mode); /* allowed while the caller captures a graph */
   cudaError_t e = cudaMalloc(&b->ptr, bytes);
   cudaThreadExchangeStreamCaptureMode(&mode);
-  guardLeave(comm, &g);
+  commCudaDevLeave(comm->cudaDev, &g);
   if (e != cudaSuccess) {
     free(b);
     WARN("rank %d: cannot allocate %zu bytes of device scratch: %s", comm->rank, bytes, cudaGetErrorString(e));
@@ -217,26 +187,41 @@ static inline uint64_t devAddr(const commPlan* plan, commBufRef ref) {
   return (uint64_t)(uintptr_t)((char*)plan->bufs[ref.buf] + ref.offset * plan->eltSize);
 }
 
-/* Fill hdr and the plan bytes (conns then steps) at area; *bytes is what they take. With area NULL, only
- * count. */
-static commResult_t buildDevPlan(commComm* comm, const commPlan* plan, connKey* keys, commDevPlanHdr* hdr,
-                                 char* area, size_t* bytes) {
-  int nConns = 0, nSteps = 0;
+/* A device plan's layout: its connections (keys, in order of first use), each step's connection indices
+ * (stepConn[2i] send, [2i+1] receive; -1: none), hdr's channel and step ranges, the bytes of connections
+ * then steps (*bytes), and the most data one step moves (*mostStepBytes). */
+static commResult_t planLayout(commComm* comm, const commPlan* plan, connKey* keys, int* stepConn,
+                               commDevPlanHdr* hdr, size_t* bytes, size_t* mostStepBytes) {
+  int nConns = 0, k = 0;
+  size_t most = 0;
   const commSchedule* sc = &plan->sched;
   for (int c = 0; c < sc->nChannels; c++) {
-    for (int i = 0; i < sc->channels[c].nSteps; i++) {
+    hdr->stepBegin[c] = k;
+    for (int i = 0; i < sc->channels[c].nSteps; i++, k++) {
       const commStep* st = &sc->channels[c].steps[i];
-      if (st->sendPeer >= 0) connIndex(keys, &nConns, c, st->sendPeer, 1);
-      if (st->recvPeer >= 0) connIndex(keys, &nConns, c, st->recvPeer, 0);
+      if (st->prim >= COMM_NUM_PRIMS) {
+        WARN("rank %d: %s: unknown primitive %d in schedule", comm->rank, commFuncName(plan->func), st->prim);
+        return commInternalError;
+      }
+      stepConn[2 * k] = st->sendPeer >= 0 ? connIndex(keys, &nConns, c, st->sendPeer, 1) : -1;
+      stepConn[2 * k + 1] = st->recvPeer >= 0 ? connIndex(keys, &nConns, c, st->recvPeer, 0) : -1;
+      size_t n = (st->count > st->recvCount ? st->count : st->recvCount) * plan->eltSize;
+      if (n > most) most = n;
     }
-    nSteps += sc->channels[c].nSteps;
   }
-  *bytes = (size_t)nConns * sizeof(commDevConn) + (size_t)nSteps * sizeof(commDevStep);
+  hdr->stepBegin[sc->nChannels] = k;
   hdr->nChannels = sc->nChannels;
   hdr->nConns = nConns;
-  if (area == NULL) return commSuccess;
+  *bytes = (size_t)nConns * sizeof(commDevConn) + (size_t)k * sizeof(commDevStep);
+  *mostStepBytes = most;
+  return commSuccess;
+}
+
+/* Write the plan (connections, then steps with device addresses) at area, as planLayout laid it out. */
+static commResult_t planFill(commComm* comm, const commPlan* plan, const connKey* keys, const int* stepConn,
+                             const commDevPlanHdr* hdr, char* area) {
   commDevConn* conns = (commDevConn*)area;
-  for (int i = 0; i < nConns; i++) {
+  for (int i = 0; i < hdr->nConns; i++) {
     commChannel* ch = &comm->channels[keys[i].channel];
     commConn* conn = keys[i].isSend ? ch->devSend[keys[i].peer] : ch->devRecv[keys[i].peer];
     if (conn == NULL) {
@@ -247,34 +232,26 @@ static commResult_t buildDevPlan(commComm* comm, const commPlan* plan, connKey* 
     }
     COMMCHECK(commP2pDevConn(conn, &conns[i]));
   }
-  commDevStep* out = (commDevStep*)(area + (size_t)nConns * sizeof(commDevConn));
-  int k = 0, n = 0;
+  commDevStep* out = (commDevStep*)(area + (size_t)hdr->nConns * sizeof(commDevConn));
+  const commSchedule* sc = &plan->sched;
+  int k = 0;
   for (int c = 0; c < sc->nChannels; c++) {
-    hdr->stepBegin[c] = k;
-    for (int i = 0; i < sc->channels[c].nSteps; i++) {
+    for (int i = 0; i < sc->channels[c].nSteps; i++, k++) {
       const commStep* st = &sc->channels[c].steps[i];
-      if (st->prim >= COMM_NUM_PRIMS) {
-        WARN("rank %d: %s: unknown primitive %d in schedule", comm->rank, commFuncName(plan->func), st->prim);
-        return commInternalError;
-      }
-      commDevStep* d = &out[k++];
+      commDevStep* d = &out[k];
       memset(d, 0, sizeof(*d));
       d->prim = st->prim;
       d->flags = st->flags;
       d->sendPeer = st->sendPeer;
       d->recvPeer = st->recvPeer;
-      /* Connection indices: the keys were made in this same order above. */
-      n = 0;
-      d->sendConn = st->sendPeer >= 0 ? connIndex(keys, &nConns, c, st->sendPeer, 1) : -1;
-      d->recvConn = st->recvPeer >= 0 ? connIndex(keys, &nConns, c, st->recvPeer, 0) : -1;
+      d->sendConn = stepConn[2 * k];
+      d->recvConn = stepConn[2 * k + 1];
       d->src = devAddr(plan, st->src);
       d->dst = devAddr(plan, st->dst);
       d->count = st->count;
       d->recvCount = st->recvCount;
     }
   }
-  (void)n;
-  hdr->stepBegin[sc->nChannels] = k;
   return commSuccess;
 }
 
@@ -288,7 +265,7 @@ static commResult_t planStorage(commComm* comm, size_t bytes, int capturing, voi
     cudaThreadExchangeStreamCaptureMode(&mode);
     cudaError_t e = cudaHostAlloc(host, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
     cudaThreadExchangeStreamCaptureMode(&mode);
-    if (e != cudaSuccess) return cudaFail("cudaHostAlloc (captured plan)", e);
+    if (e != cudaSuccess) return commCudaFail("cudaHostAlloc (captured plan)", e);
     return commSuccess;
   }
   /* A buffer whose launch has finished, else a new one: the host never waits here (a kernel still
@@ -299,7 +276,7 @@ static commResult_t planStorage(commComm* comm, size_t bytes, int capturing, voi
     if (c->pending) {
       cudaError_t q = cudaEventQuery(c->done);
       if (q == cudaErrorNotReady) continue;
-      if (q != cudaSuccess) return cudaFail("cudaEventQuery (plan buffer)", q);
+      if (q != cudaSuccess) return commCudaFail("cudaEventQuery (plan buffer)", q);
       c->pending = 0;
     }
     b = c;
@@ -342,16 +319,24 @@ static commResult_t giveToGraph(cudaStream_t stream, void* host) {
 static commResult_t launchPlan(commComm* comm, const commPlan* plan, cudaStream_t stream, int capturing) {
   commDevState* s = comm->dev;
   static __thread commDevArgs args; /* 2 KB: off the stack */
+  /* Connections and per-step indices: on the stack for small plans (at most 2 per step each). */
   connKey keysStack[STACK_CONN_KEYS];
+  int stepConnStack[STACK_CONN_KEYS];
   connKey* keys = keysStack;
+  int* stepConn = stepConnStack;
   commResult_t res = commSuccess;
   size_t maxConns = 0;
   for (int c = 0; c < plan->sched.nChannels; c++) maxConns += 2 * (size_t)plan->sched.channels[c].nSteps;
-  if (maxConns > STACK_CONN_KEYS) COMMCHECK(commCalloc(&keys, maxConns, sizeof(*keys)));
+  if (maxConns > STACK_CONN_KEYS) {
+    keys = NULL;
+    stepConn = NULL;
+    COMMCHECKGOTO(commCalloc(&keys, maxConns, sizeof(*keys)), res, out);
+    COMMCHECKGOTO(commCalloc(&stepConn, maxConns, sizeof(*stepConn)), res, out);
+  }
   memset(&args.hdr, 0, sizeof(args.hdr));
   commDevPlanHdr* h = &args.hdr;
-  size_t bytes = 0;
-  COMMCHECKGOTO(buildDevPlan(comm, plan, keys, h, NULL, &bytes), res, out);
+  size_t bytes = 0, mostStepBytes = 0;
+  COMMCHECKGOTO(planLayout(comm, plan, keys, stepConn, h, &bytes, &mostStepBytes), res, out);
   h->dtype = plan->dtype;
   h->redopKind = plan->redop.kind;
   h->scalarBits = plan->redop.scalarBits;
@@ -377,20 +362,13 @@ static commResult_t launchPlan(commComm* comm, const commPlan* plan, cudaStream_
     CUDACHECKGOTO(cudaHostGetDevicePointer(&devPtr, host, 0), res, out);
     h->planAddr = (uint64_t)(uintptr_t)devPtr;
   }
-  COMMCHECKGOTO(buildDevPlan(comm, plan, keys, h, area, &bytes), res, out);
+  COMMCHECKGOTO(planFill(comm, plan, keys, stepConn, h, area), res, out);
   if (h->nChannels > 0) {
     /* Steps that move little run with fewer threads: less to synchronise per step. */
-    size_t most = 0;
-    for (int c = 0; c < plan->sched.nChannels; c++)
-      for (int i = 0; i < plan->sched.channels[c].nSteps; i++) {
-        const commStep* st = &plan->sched.channels[c].steps[i];
-        size_t n = (st->count > st->recvCount ? st->count : st->recvCount) * plan->eltSize;
-        if (n > most) most = n;
-      }
-    int threads = most <= COMM_DEV_SMALL_STEP_BYTES ? COMM_DEV_THREADS_SMALL : COMM_DEV_THREADS;
+    int threads = mostStepBytes <= COMM_DEV_SMALL_STEP_BYTES ? COMM_DEV_THREADS_SMALL : COMM_DEV_THREADS;
     cudaError_t e = (cudaError_t)commDevLaunch(&args, h->planAddr ? 0 : bytes, threads, stream);
     if (e != cudaSuccess) {
-      res = cudaFail("the executor's kernel launch", e);
+      res = commCudaFail("the executor's kernel launch", e);
       goto out;
     }
   }
@@ -405,14 +383,15 @@ static commResult_t launchPlan(commComm* comm, const commPlan* plan, cudaStream_
        h->planAddr ? "in pinned memory" : "in the launch parameters");
 out:
   if (keys != keysStack) free(keys);
+  if (stepConn != stepConnStack) free(stepConn);
   return res;
 }
 
 commResult_t commDevRunPlans(commComm* comm, commPlan** plans, int nPlans) {
   if (nPlans == 0) return commSuccess;
   commResult_t res = commSuccess;
-  devGuard g;
-  COMMCHECK(guardEnter(comm, &g));
+  commCudaDevGuard g;
+  COMMCHECK(commCudaDevEnter(comm->cudaDev, &g));
   if (comm->dev == NULL) COMMCHECKGOTO(commDevEnsure(comm), res, out);
   COMMCHECKGOTO(pollError(comm, 0), res, out);
   commDevState* s = comm->dev;
@@ -481,7 +460,7 @@ commResult_t commDevRunPlans(commComm* comm, commPlan** plans, int nPlans) {
   for (int i = 0; i < nStreams; i++)
     if (streams[i] != hub) CUDACHECKGOTO(cudaStreamWaitEvent(streams[i], s->joinOut, 0), res, out);
 out:
-  guardLeave(comm, &g);
+  commCudaDevLeave(comm->cudaDev, &g);
   return res;
 }
 
@@ -534,12 +513,12 @@ commResult_t commDevPollError(commComm* comm) { return pollError(comm, 1); }
 commResult_t commDevSync(commComm* comm) {
   commDevState* s = comm->dev;
   if (s == NULL) return commSuccess;
-  devGuard g;
-  COMMCHECK(guardEnter(comm, &g));
+  commCudaDevGuard g;
+  COMMCHECK(commCudaDevEnter(comm->cudaDev, &g));
   cudaError_t e = cudaStreamSynchronize(s->stream);
   if (e == cudaSuccess && s->haveLast) e = cudaEventSynchronize(s->lastDone);
-  guardLeave(comm, &g);
-  if (e != cudaSuccess) return cudaFail("cudaStreamSynchronize (finalize)", e);
+  commCudaDevLeave(comm->cudaDev, &g);
+  if (e != cudaSuccess) return commCudaFail("cudaStreamSynchronize (finalize)", e);
   return commDevPollError(comm);
 }
 
@@ -553,8 +532,8 @@ void commDevAbort(commComm* comm) {
 void commDevFree(commComm* comm) {
   commDevState* s = comm->dev;
   if (s == NULL) return;
-  devGuard g;
-  if (guardEnter(comm, &g) != commSuccess) return;
+  commCudaDevGuard g;
+  if (commCudaDevEnter(comm->cudaDev, &g) != commSuccess) return;
   /* Kernels end: finished, aborted (commDevAbort) or timed out. */
   cudaStreamSynchronize(s->stream);
   if (s->haveLast) cudaEventSynchronize(s->lastDone);
@@ -591,7 +570,7 @@ void commDevFree(commComm* comm) {
   cudaFree(s->llStaging);
   cudaStreamDestroy(s->stream);
   cudaFreeHost((void*)s->abortFlag);
-  guardLeave(comm, &g);
+  commCudaDevLeave(comm->cudaDev, &g);
   freeGraphBufs();
   free(s);
   comm->dev = NULL;

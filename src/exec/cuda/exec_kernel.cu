@@ -388,6 +388,57 @@ __device__ bool llSyncOk(const Plan& p, int ch, int peer) {
   return true;
 }
 
+/* A send-and-receive step's choice, block-wide: thread 0 waits until the send side has a free slot or the
+ * receive side a message (Simple: head moved, and its size is read; LL: the message's first line is there),
+ * whichever comes first, and publishes it (sAction 1: send, 2: receive; positions in sSendPos / sRecvPos).
+ * false (the failure recorded) when the wait gave up. */
+__device__ bool chooseSendRecv(const Plan& p, Waiter& w, int ch, const commDevStep* st, const commDevConn* sc,
+                               const commDevConn* rc, bool wantSend, bool wantRecv, bool ll) {
+  const uint32_t nSlots = p.h->nSlots;
+  if (threadIdx.x == 0) {
+    int r = COMM_DEV_OK, action = 0, spins = 0;
+    uint64_t spos = wantSend ? loadVolatile(sc->pos) : 0;
+    uint64_t rpos = wantRecv ? loadVolatile(rc->pos) : 0;
+    uint64_t t0 = w.h->trace ? globalTimer() : 0;
+    uint32_t d[2];
+    for (;;) {
+      if (wantSend && loadVolatile(sc->tail) + nSlots >= spos + 1) {
+        action = 1;
+        sSendPos = spos;
+        break;
+      }
+      if (wantRecv && (ll ? llLine(rc->llSlots + (rpos % nSlots) * COMM_DEV_LL_SLOT_BYTES, (uint32_t)(rpos + 1), d)
+                          : loadVolatile(rc->head) >= rpos + 1)) {
+        action = 2;
+        sRecvPos = rpos;
+        if (!ll) {
+          __threadfence(); /* the size was stored before head */
+          sRecvSize = loadVolatile(&rc->sizes[rpos % nSlots]);
+        }
+        break;
+      }
+      if (++spins == SPINS_BEFORE_CHECK) {
+        spins = 0;
+        r = checkWait(w);
+        if (r != COMM_DEV_OK) break;
+      }
+    }
+    if (r == COMM_DEV_OK) {
+      w.lastProgress = globalTimer();
+      traceWait(w, t0);
+    }
+    sAction = action;
+    __threadfence();
+    sErr = r;
+  }
+  __syncthreads();
+  if (sErr != COMM_DEV_OK) {
+    fail(p, sErr, ch, wantSend ? st->sendPeer : st->recvPeer, wantSend, 0, 0);
+    return false;
+  }
+  return true;
+}
+
 /* One step of channel ch with the LL protocol: every piece goes through this channel's staging (stageIn:
  * what arrived, stageOut: what leaves), so that move() stays the one data path. */
 __device__ bool runStepLL(const Plan& p, Waiter& w, int ch, const commDevStep* st) {
@@ -413,38 +464,8 @@ __device__ bool runStepLL(const Plan& p, Waiter& w, int ch, const commDevStep* s
     size_t sendCount = sc ? st->count : 0, recvCount = rc ? st->recvCount : 0;
     size_t sendDone = 0, recvDone = 0;
     while (sendDone < sendCount || recvDone < recvCount) {
-      if (tid0) { /* whichever side is ready: FIFO space, or the first line of the next message */
-        int r = COMM_DEV_OK, action = 0, spins = 0;
-        uint64_t spos = sendDone < sendCount ? loadVolatile(sc->pos) : 0;
-        uint64_t rpos = recvDone < recvCount ? loadVolatile(rc->pos) : 0;
-        uint32_t d[2];
-        for (;;) {
-          if (sendDone < sendCount && loadVolatile(sc->tail) + nSlots >= spos + 1) {
-            action = 1;
-            sSendPos = spos;
-            break;
-          }
-          if (recvDone < recvCount &&
-              llLine(rc->llSlots + (rpos % nSlots) * COMM_DEV_LL_SLOT_BYTES, (uint32_t)(rpos + 1), d)) {
-            action = 2;
-            sRecvPos = rpos;
-            break;
-          }
-          if (++spins == SPINS_BEFORE_CHECK) {
-            spins = 0;
-            r = checkWait(w);
-            if (r != COMM_DEV_OK) break;
-          }
-        }
-        if (r == COMM_DEV_OK) w.lastProgress = globalTimer();
-        sAction = action;
-        sErr = r;
-      }
-      __syncthreads();
-      if (sErr != COMM_DEV_OK) {
-        fail(p, sErr, ch, sendDone < sendCount ? st->sendPeer : st->recvPeer, sendDone < sendCount, 0, 0);
-        return false;
-      }
+      /* Whichever side is ready: FIFO space, or the first line of the next message. */
+      if (!chooseSendRecv(p, w, ch, st, sc, rc, sendDone < sendCount, recvDone < recvCount, true)) return false;
       if (sAction == 1) {
         size_t n = min(piece, sendCount - sendDone);
         uint64_t pos = sSendPos;
@@ -615,43 +636,7 @@ __device__ bool runStep(const Plan& p, Waiter& w, int ch, const commDevStep* st)
       /* Both directions at once: thread 0 picks whichever side is ready, so two ranks exchanging more than
        * a FIFO holds never wait on each other. */
       while (sendDone < sendCount || recvDone < recvCount) {
-        if (tid0) {
-          int r = COMM_DEV_OK, action = 0, spins = 0;
-          uint64_t spos = sendDone < sendCount ? loadVolatile(sc->pos) : 0;
-          uint64_t rpos = recvDone < recvCount ? loadVolatile(rc->pos) : 0;
-          uint64_t t0 = w.h->trace ? globalTimer() : 0;
-          for (;;) {
-            if (sendDone < sendCount && loadVolatile(sc->tail) + nSlots >= spos + 1) {
-              action = 1;
-              sSendPos = spos;
-              break;
-            }
-            if (recvDone < recvCount && loadVolatile(rc->head) >= rpos + 1) {
-              action = 2;
-              sRecvPos = rpos;
-              __threadfence(); /* the size was stored before head */
-              sRecvSize = loadVolatile(&rc->sizes[rpos % nSlots]);
-              break;
-            }
-            if (++spins == SPINS_BEFORE_CHECK) {
-              spins = 0;
-              r = checkWait(w);
-              if (r != COMM_DEV_OK) break;
-            }
-          }
-          if (r == COMM_DEV_OK) {
-            w.lastProgress = globalTimer();
-            traceWait(w, t0);
-          }
-          sAction = action;
-          __threadfence();
-          sErr = r;
-        }
-        __syncthreads();
-        if (sErr != COMM_DEV_OK) {
-          fail(p, sErr, ch, sendDone < sendCount ? st->sendPeer : st->recvPeer, sendDone < sendCount, 0, 0);
-          return false;
-        }
+        if (!chooseSendRecv(p, w, ch, st, sc, rc, sendDone < sendCount, recvDone < recvCount, false)) return false;
         if (sAction == 1) {
           size_t n = min(piece, sendCount - sendDone);
           uint64_t pos = sSendPos;
