@@ -26,7 +26,7 @@ esac
 launch=(${TC_LAUNCH:-})
 if [[ ${#launch[@]} -eq 0 ]]; then np_args=(-np "$np"); else np_args=(); fi
 args=(-b "${TC_MIN:-8}" -e "${TC_MAX:-256M}" -f "${TC_FACTOR:-4}" -n "${TC_ITERS:-10}" -w 3 "$@")
-out=$(mktemp -d /tmp/tuner_check.XXXXXX)
+out=$(mktemp -d "${TMPDIR:-/tmp}/tuner_check.XXXXXX")
 
 for ((r = 1; r <= reps; r++)); do
   for a in $algos auto; do

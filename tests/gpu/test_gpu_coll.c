@@ -1,6 +1,7 @@
 /* test_gpu_coll: the collectives on CUDA device buffers, each checked byte for byte against the same call on host
- * buffers (the host executor is the reference). Ranks are threads of one process (-p: two forked processes),
- * all on device 0, each passing its own non-blocking stream to every call. Per rank count (-n, default 1,2,4,8),
+ * buffers (the host executor is the reference). Ranks are threads of one process (-p N: N forked processes), on
+ * device 0 (-g G: rank r on device r % G, so -g 8 -n 8 is one rank per GPU on 8 GPUs), each passing its own
+ * non-blocking stream to every call. Per rank count (-n, default 1,2,4,8),
  * on one communicator, every rank making the same calls in the same order:
  *  - allreduce (12 datatypes x sum/prod/max/min/avg), broadcast (roots n-1, 0), reduce (roots 0, n-1),
  *    allgather, reducescatter, alltoall, grouped send/recv (a ring; all to all, self included); out-of-place and
@@ -16,7 +17,7 @@
  *    reports an error within 15 s; with the default timeout, commAbort from a watchdog thread frees the busy
  *    stream within 10 s.
  * -q: quick (int32, float32, bfloat16, float8e4m3; counts 1, 1001, 65537), e.g. under compute-sanitizer.
- * -p: two processes, one 2-rank communicator, the quick cases (no graph/timeout/abort).
+ * -p N: N forked processes (N >= 2), one N-rank communicator, the cases above but the graph, timeout and abort.
  * Ranks agree through a barrier after each device call: a call that failed on some ranks only (their peers would
  * wait forever) aborts the run instead of hanging. Public API only. Exit 0 when every case passed, 77 without
  * a GPU. SPDX-License-Identifier: Apache-2.0 */
@@ -69,7 +70,7 @@ typedef struct {
 static sharedT* sh;
 
 typedef struct {
-  int rank, n, quick, procMode;
+  int rank, n, quick, procMode, dev; /* dev: the CUDA device of this rank */
   commUniqueId ids[3]; /* main, timeout, abort communicators */
   comm_t comm;
   cudaStream_t stream;
@@ -597,7 +598,7 @@ static int runSolo(rankCtx* x, int isAbort) {
 
 /* One rank: set up (agreeing, so that no rank waits in an init its peers skip), run, tear down. */
 static void rankMain(rankCtx* x) {
-  int ok = cudaSetDevice(0) == cudaSuccess && cudaFree(0) == cudaSuccess &&
+  int ok = cudaSetDevice(x->dev) == cudaSuccess && cudaFree(0) == cudaSuccess &&
            cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking) == cudaSuccess &&
            cudaMalloc((void**)&x->ds, x->cap) == cudaSuccess && cudaMalloc((void**)&x->dr, x->cap) == cudaSuccess &&
            cudaMalloc((void**)&x->dScalar, sizeof(float)) == cudaSuccess;
@@ -653,14 +654,14 @@ static int initShared(int n) {
   return rc;
 }
 
-/* -p: two forked processes, one rank each. Fork first, then make the id and send it down pipes: the parent
- * never touches CUDA and has no libcomm thread running when it forks. */
-static int processMode(void) {
-  int fds[2][2];
-  pid_t pid[2], parent = getpid();
-  if (initShared(2) != 0) return 2;
+/* -p N: N forked processes, one rank each, rank r on device r % nGpus. Fork first, then make the id and send
+ * it down pipes: the parent never touches CUDA and has no libcomm thread running when it forks. */
+static int processMode(int n, int nGpus, int quick) {
+  int fds[MAXR][2];
+  pid_t pid[MAXR], parent = getpid();
+  if (initShared(n) != 0) return 2;
   fflush(NULL);
-  for (int r = 0; r < 2; r++) {
+  for (int r = 0; r < n; r++) {
     if (pipe(fds[r]) != 0 || (pid[r] = fork()) < 0) {
       perror("test_gpu_coll: pipe/fork");
       return 2;
@@ -668,12 +669,15 @@ static int processMode(void) {
     if (pid[r] == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(3);
-      static rankCtx x = {.n = 2, .quick = 1, .procMode = 1};
+      static rankCtx x = {.procMode = 1};
+      x.quick = quick;
+      x.n = n;
       x.rank = r;
-      x.cap = capBytes(2, 1);
+      x.dev = r % nGpus;
+      x.cap = capBytes(n, quick);
       close(fds[r][1]);
       if (read(fds[r][0], &x.ids[0], sizeof(commUniqueId)) != (ssize_t)sizeof(commUniqueId)) _exit(3);
-      int ndev = 0, skip = cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0;
+      int ndev = 0, skip = cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < nGpus;
       if (agree(&x, skip ? 2 : 1) & 2) _exit(77); /* both skip, or neither waits for the other */
       rankMain(&x);
       fflush(NULL);
@@ -683,14 +687,14 @@ static int processMode(void) {
   }
   commUniqueId id;
   commResult_t rc = commGetUniqueId(&id);
-  for (int r = 0; r < 2; r++) {
+  for (int r = 0; r < n; r++) {
     if (rc != commSuccess || write(fds[r][1], &id, sizeof(id)) != (ssize_t)sizeof(id)) kill(pid[r], SIGKILL);
     close(fds[r][1]);
   }
-  int status[2] = {0, 0}, left = 2;
+  int status[MAXR] = {0}, left = n;
   double firstEnd = 0;
-  while (left > 0) { /* when one child ends badly, give the other 30 s before killing it */
-    for (int r = 0; r < 2; r++) {
+  while (left > 0) { /* when one child ends badly, give the others 30 s before killing them */
+    for (int r = 0; r < n; r++) {
       if (pid[r] > 0 && waitpid(pid[r], &status[r], WNOHANG) == pid[r]) {
         pid[r] = 0;
         left--;
@@ -698,12 +702,12 @@ static int processMode(void) {
       }
     }
     if (left > 0 && firstEnd > 0 && now() - firstEnd > 30.0)
-      for (int r = 0; r < 2; r++)
+      for (int r = 0; r < n; r++)
         if (pid[r] > 0) kill(pid[r], SIGKILL);
     sleepMs(100);
   }
   int skipped = 0, crashed = 0;
-  for (int r = 0; r < 2; r++) {
+  for (int r = 0; r < n; r++) {
     int code = WIFEXITED(status[r]) ? WEXITSTATUS(status[r]) : 128 + WTERMSIG(status[r]);
     if (code == 77) skipped++;
     else if (code != 0) {
@@ -711,34 +715,36 @@ static int processMode(void) {
       printf("test_gpu_coll: FAIL: process of rank %d ended with status %d\n", r, code);
     }
   }
-  if (skipped == 2) {
-    printf("test_gpu_coll: SKIP (no CUDA device)\n");
+  if (skipped == n) {
+    printf("test_gpu_coll: SKIP (fewer than %d CUDA devices)\n", nGpus);
     return 77;
   }
-  printf("test_gpu_coll: 2 ranks (processes): %d cases passed, %d failed\n", sh->passed, sh->failed);
+  printf("test_gpu_coll: %d ranks (processes) on %d GPU(s): %d cases passed, %d failed\n", n, nGpus, sh->passed,
+         sh->failed);
   return crashed || skipped || sh->failed || sh->fatal || sh->passed == 0 ? 1 : 0;
 }
 
 int main(int argc, char** argv) {
   const char* list = "1,2,4,8";
-  int quick = 0, proc = 0, opt;
-  while ((opt = getopt(argc, argv, "n:qp")) != -1) {
-    if (opt != 'n' && opt != 'q' && opt != 'p') {
-      fprintf(stderr, "usage: %s [-n 1,2,4,8] [-q] [-p]\n", argv[0]);
+  int quick = 0, proc = 0, nGpus = 1, opt;
+  while ((opt = getopt(argc, argv, "n:qp:g:")) != -1) {
+    if (opt == 'n') list = optarg;
+    else if (opt == 'q') quick = 1;
+    else if (opt == 'p') proc = atoi(optarg);
+    else if (opt == 'g') nGpus = atoi(optarg);
+    if (opt == '?' || (opt == 'p' && (proc < 2 || proc > MAXR)) || (opt == 'g' && (nGpus < 1 || nGpus > MAXR))) {
+      fprintf(stderr, "usage: %s [-n 1,2,4,8] [-q] [-p processes (2..%d)] [-g GPUs]\n", argv[0], MAXR);
       return 2;
     }
-    list = opt == 'n' ? optarg : list;
-    quick |= opt == 'q';
-    proc |= opt == 'p';
   }
   initEncodings();
   sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (sh == MAP_FAILED) return 2;
   memset(sh, 0, sizeof(*sh));
-  if (proc) return processMode();
+  if (proc) return processMode(proc, nGpus, quick);
   int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-    printf("test_gpu_coll: SKIP (no CUDA device)\n");
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < nGpus) {
+    printf("test_gpu_coll: SKIP (%d CUDA devices, %d asked for)\n", ndev, nGpus);
     return 77;
   }
   int totalFailed = 0, totalPassed = 0;
@@ -750,7 +756,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     p = *end == ',' ? end + 1 : end;
-    printf("test_gpu_coll: %ld ranks (threads) on device 0, %s mode\n", n, quick ? "quick" : "full");
+    printf("test_gpu_coll: %ld ranks (threads) on %d GPU(s), %s mode\n", n, nGpus, quick ? "quick" : "full");
     fflush(stdout);
     static rankCtx x[MAXR];
     commUniqueId ids[3];
@@ -760,7 +766,7 @@ int main(int argc, char** argv) {
     if (initShared((int)n) != 0) return 2;
     pthread_t th[MAXR];
     for (int r = 0; r < n; r++) {
-      x[r] = (rankCtx){.rank = r, .n = (int)n, .quick = quick, .cap = capBytes((int)n, quick)};
+      x[r] = (rankCtx){.rank = r, .n = (int)n, .quick = quick, .dev = r % nGpus, .cap = capBytes((int)n, quick)};
       memcpy(x[r].ids, ids, sizeof(ids));
       if (pthread_create(&th[r], NULL, rankThread, &x[r]) != 0) hardExit("setup", "pthread_create failed");
     }
