@@ -6,6 +6,9 @@
  * Rank r's schedule (channel 0, scratch holds n blocks of count elements, block p = rank p's input):
  *   COPY       scratch[r] = pre(input)                    (own contribution, PRE once)
  *   SEND_RECV  k = 1..n-1: scratch[r] -> rank r+k, rank r-k -> scratch[r-k]
+ *   (or, when the message fits one step (count <= chunkElems, at most half a FIFO, so no send can block):
+ *    SEND k = 1..n-1 to rank r+k, then RECV k = 1..n-1 from rank r-k: the n-1 transfers overlap instead of
+ *    taking n-1 round trips one after the other)
  *   COPY       output = scratch[0]
  *   REDUCE     output = output op scratch[p], p = 1..n-1  (POST on the last)
  * Output is written only after the input was last read, so in-place works. */
@@ -43,10 +46,18 @@ commResult_t commOneShotBuild(const commCollArgs* a, commSchedule* out) {
   out->nBufs = COMM_BUF_SCRATCH + 1;
   commStep st = step(COMM_PRIM_COPY, pre, COMM_BUF_INPUT, 0, COMM_BUF_SCRATCH, (size_t)r * c, c);
   COMMCHECK(commSchedAdd(out, 0, &st));
+  const int sendsFirst = c <= a->chunkElems;
   for (int k = 1; k < n; k++) {
     int from = (r - k + n) % n;
-    st = step(COMM_PRIM_SEND_RECV, 0, COMM_BUF_SCRATCH, (size_t)r * c, COMM_BUF_SCRATCH, (size_t)from * c, c);
+    st = step(sendsFirst ? COMM_PRIM_SEND : COMM_PRIM_SEND_RECV, 0, COMM_BUF_SCRATCH, (size_t)r * c,
+              COMM_BUF_SCRATCH, (size_t)from * c, c);
     st.sendPeer = (r + k) % n;
+    st.recvPeer = sendsFirst ? -1 : from;
+    COMMCHECK(commSchedAdd(out, 0, &st));
+  }
+  for (int k = 1; sendsFirst && k < n; k++) {
+    int from = (r - k + n) % n;
+    st = step(COMM_PRIM_RECV, 0, COMM_BUF_SCRATCH, (size_t)r * c, COMM_BUF_SCRATCH, (size_t)from * c, c);
     st.recvPeer = from;
     COMMCHECK(commSchedAdd(out, 0, &st));
   }

@@ -96,8 +96,9 @@ static void test_alltoall(void** state) { (void)state; sweep(commFuncAllToAll); 
 static void test_oneshot(void** state) {
   (void)state;
   for (int n = 1; n <= MAXR; n++) {
-    size_t counts[4] = {0, 1, 7, (size_t)n * 3 + 1};
-    for (int ci = 0; ci < 4; ci++) {
+    /* up to CHUNK: sends first, then receives; above: one SEND_RECV per peer (a FIFO cannot hold it) */
+    size_t counts[5] = {0, 1, 7, (size_t)n * 3 + 1, CHUNK + 5};
+    for (int ci = 0; ci < 5; ci++) {
       for (int red = 0; red <= 1; red++) {
         commCollArgs a;
         setArgs(&a, commFuncAllReduce, n, counts[ci], 1, 0);
