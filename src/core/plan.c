@@ -20,7 +20,8 @@ static int isReductionFunc(commFunc_t f) {
  * a GPU must be resident at once (they wait on each other), so they share a budget of blocks per GPU. */
 #define DEV_BLOCKS_PER_GPU 96 /* one 512-thread block per SM (128 registers per thread): below the SM count
                                * of A100 (108) and H100 PCIe (114), with room for other kernels */
-#define DEV_BYTES_PER_CHANNEL (512 << 10) /* fewer channels for smaller messages: latency, not bandwidth */
+#define DEV_BYTES_PER_CHANNEL (512 << 10)
+#define COMM_DEV_LL_MAX_DEFAULT 0 /* fewer channels for smaller messages: latency, not bandwidth */
 /* Two ranks on one GPU: same host and the same PCI bus id (device ordinals differ between processes with
  * different CUDA_VISIBLE_DEVICES); the ordinal when a bus id is unknown. */
 static int sameGpu(const commPeerInfo* a, const commPeerInfo* b) {
@@ -85,8 +86,11 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
     size_t want = bytes / DEV_BYTES_PER_CHANNEL;
     int maxCh = devMaxChannels(comm);
     choice.nChannels = want < 1 ? 1 : want > (size_t)maxCh ? maxCh : (int)want;
-    /* LL for small messages, up to COMM_DEV_LL_MAX bytes (0, the default until it has run on a GPU: never). */
-    size_t llMax = (size_t)commParamSize("COMM_DEV_LL_MAX", 0, 0, 1 << 30);
+    /* LL for small messages, up to COMM_DEV_LL_MAX bytes. On 4 H200s LL's one-store lines beat Simple's
+     * fences up to 2-4 KiB and lose from 8 KiB on, where one LL channel's bandwidth shows (docs/PERF.md,
+     * entry 10), so 4096 is the setting to use; the default stays 0 until a GPU run confirms the first-call
+     * fixes behind the one hang seen with it (docs/GPU_PLAN.md). */
+    size_t llMax = (size_t)commParamSize("COMM_DEV_LL_MAX", COMM_DEV_LL_MAX_DEFAULT, 0, 1 << 30);
     choice.proto = bytes <= llMax ? commProtoLL : commProtoSimple;
     choice.chunkBytes = (size_t)comm->nSlots * comm->slotBytes;
   }
@@ -104,7 +108,8 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
   plan->devProto = choice.proto;
   /* A send step carries at most the protocol's step size, and never more than half the FIFO, so that
    * neighbours sending to each other never block. */
-  size_t fifoHalf = (size_t)(comm->nSlots / 2) * (comm->slotBytes / plan->eltSize);
+  size_t slotBytes = plan->onDevice && plan->devProto == commProtoLL ? COMM_DEV_LL_PIECE : comm->slotBytes;
+  size_t fifoHalf = (size_t)(comm->nSlots / 2) * (slotBytes / plan->eltSize); /* LL slots carry less */
   args.chunkElems = choice.chunkBytes / plan->eltSize;
   if (args.chunkElems > fifoHalf) args.chunkElems = fifoHalf;
   if (args.chunkElems < 1) args.chunkElems = 1;
@@ -267,6 +272,37 @@ fail:
   return res;
 }
 
+/* One scratch buffer per communicator, kept between calls and grown when a plan needs more: its plans run one
+ * after another. (A fresh calloc per call cost page faults: one-shot allreduce of 32 KiB on 4 ranks stages
+ * 128 KiB.) Device plans' scratch is the CUDA executor's (its state made here too); its address in *devScratch
+ * when not NULL. */
+static commResult_t ensureScratch(commComm* comm, commPlan** plans, int nPlans, void** devScratch) {
+  size_t need = 0, devNeed = 0;
+  for (int p = 0; p < nPlans; p++) {
+    size_t b = plans[p]->sched.scratchElems * plans[p]->eltSize;
+    size_t* n = plans[p]->onDevice ? &devNeed : &need;
+    if (b > *n) *n = b;
+    if (plans[p]->onDevice) COMMCHECK(commDevEnsure(comm));
+  }
+  if (need > comm->scratchBytes) {
+    free(comm->scratch);
+    comm->scratch = NULL;
+    comm->scratchBytes = 0;
+    void* buf = NULL;
+    int err = posix_memalign(&buf, 4096, need);
+    if (err) {
+      WARN("cannot allocate %zu bytes of scratch: %s", need, strerror(err));
+      return commSystemError;
+    }
+    comm->scratch = buf;
+    comm->scratchBytes = need;
+  }
+  void* dev = NULL;
+  if (devNeed > 0) COMMCHECK(commDevScratch(comm, devNeed, &dev));
+  if (devScratch) *devScratch = dev;
+  return commSuccess;
+}
+
 #define BUILD_STACK_COMMS 8 /* communicators whose request lists live on the stack (most calls: one) */
 
 commResult_t commPlansBuildMulti(commComm** comms, commTask** lists, int nComms, commPlan*** plans, int* nPlans) {
@@ -286,34 +322,14 @@ commResult_t commPlansBuildMulti(commComm** comms, commTask** lists, int nComms,
     commLogSetRank(comms[c]->rank);
     COMMCHECKGOTO(buildCommPlans(comms[c], lists[c], &plans[c], &nPlans[c], &reqs[c], &nReqs[c]), res, out);
   }
+  /* Scratch and the CUDA executor's state before the connections: once this rank has exchanged connection
+   * details, its peers may launch and spin waiting for it, and allocating then could wait for their kernels. */
+  for (int c = 0; c < nComms; c++) COMMCHECKGOTO(ensureScratch(comms[c], plans[c], nPlans[c], NULL), res, out);
   /* Connections of all communicators of this thread together, phase by phase. */
   COMMCHECKGOTO(commTransportConnectMulti(comms, (const commConnRequest* const*)reqs, nReqs, nComms), res, out);
   for (int c = 0; c < nComms; c++) {
-    /* One scratch buffer per communicator, kept between calls and grown when a plan needs more: its plans
-     * run one after another. (A fresh calloc per call cost page faults: one-shot allreduce of 32 KiB on
-     * 4 ranks stages 128 KiB.) */
-    size_t need = 0, devNeed = 0;
-    for (int p = 0; p < nPlans[c]; p++) {
-      size_t b = plans[c][p]->sched.scratchElems * plans[c][p]->eltSize;
-      size_t* n = plans[c][p]->onDevice ? &devNeed : &need;
-      if (b > *n) *n = b;
-    }
-    if (need > comms[c]->scratchBytes) {
-      free(comms[c]->scratch);
-      comms[c]->scratch = NULL;
-      comms[c]->scratchBytes = 0;
-      void* buf = NULL;
-      int err = posix_memalign(&buf, 4096, need);
-      if (err) {
-        WARN("cannot allocate %zu bytes of scratch: %s", need, strerror(err));
-        res = commSystemError;
-        goto out;
-      }
-      comms[c]->scratch = buf;
-      comms[c]->scratchBytes = need;
-    }
     void* devScratch = NULL;
-    if (devNeed > 0) COMMCHECKGOTO(commDevScratch(comms[c], devNeed, &devScratch), res, out);
+    COMMCHECKGOTO(ensureScratch(comms[c], plans[c], nPlans[c], &devScratch), res, out);
     for (int p = 0; p < nPlans[c]; p++)
       COMMCHECKGOTO(commPlanPrepare(plans[c][p], plans[c][p]->onDevice ? devScratch : comms[c]->scratch), res, out);
   }

@@ -77,7 +77,8 @@ typedef struct {
   uint64_t timeoutNs;          /* without progress (0: never) */
   uint64_t* trace;             /* COMM_DEV_TRACE=1: channel 0 writes its timeline here (mapped host memory) */
   int32_t proto;               /* commProtoLL or commProtoSimple */
-  int32_t pad;
+  int32_t llBatch;             /* LL: consecutive one-piece sends (or receives) to distinct peers run at once,
+                                * one warp each (COMM_DEV_LL_BATCH, default 1) */
   char* llStaging;             /* LL: 2 * COMM_DEV_LL_PIECE bytes per channel of device memory */
   uint64_t opCount;
 } commDevPlanHdr;
@@ -97,6 +98,8 @@ extern "C" {
 /* src/exec/cuda/exec_kernel.cu: launch the executor's kernel, one block of `threads` per channel, with the
  * first inlineBytes of args->inl (the variant with the smallest parameters that holds them). cudaError_t. */
 int commDevLaunch(const commDevArgs* args, size_t inlineBytes, int threads, void* stream);
+/* src/exec/cuda/exec_kernel.cu: load the kernel's variants into the current context (cudaError_t). */
+int commDevLoadKernels(void);
 
 #ifdef __cplusplus
 }

@@ -32,6 +32,7 @@ typedef struct scratchBuf {
 typedef struct commDevState {
   int dev;
   int alwaysJoin;       /* COMM_DEV_STREAM_JOIN=1: every call goes through the executor's stream */
+  int llBatch;          /* COMM_DEV_LL_BATCH (default 1): LL sends or receives to several peers at once */
   cudaEvent_t lastDone; /* recorded after the latest launch outside graph capture, on lastStream */
   cudaStream_t lastStream;
   int haveLast;
@@ -45,6 +46,7 @@ typedef struct commDevState {
   commDevError* error;         /* mapped host memory */
   int errorReported;
   planBuf* pool; /* grows when every buffer is still in use */
+  struct graphFree* retired; /* pool buffers replaced by bigger ones: freed at teardown (see graphBufRelease) */
   int poolSize, poolNext;
   char* llStaging;     /* LL: 2 pieces per channel */
   scratchBuf* scratch; /* newest first; older ones may still be referenced by captured graphs */
@@ -54,7 +56,8 @@ typedef struct commDevState {
 int commDevAvailable(void) { return 1; }
 
 /* Buffers a captured graph owns: freed when the graph goes (the destructor may not call CUDA, so it
- * queues them; the next call of any communicator frees them). */
+ * queues them; a communicator's teardown frees them). Never during a call: cudaFreeHost waits for every
+ * kernel on the device, and a peer's kernel of this very call may be waiting for this rank's launch. */
 static pthread_mutex_t graphFreeLock = PTHREAD_MUTEX_INITIALIZER;
 typedef struct graphFree {
   void* host;
@@ -95,6 +98,7 @@ static commResult_t stateCreate(commComm* comm) {
   CUDACHECKGOTO(cudaEventCreateWithFlags(&s->joinOut, cudaEventDisableTiming), res, fail);
   CUDACHECKGOTO(cudaEventCreateWithFlags(&s->lastDone, cudaEventDisableTiming), res, fail);
   s->alwaysJoin = (int)commParamInt("COMM_DEV_STREAM_JOIN", 0, 0, 1);
+  s->llBatch = (int)commParamInt("COMM_DEV_LL_BATCH", 1, 0, 1);
   void* words = NULL;
   CUDACHECKGOTO(cudaHostAlloc(&words, 4096, cudaHostAllocMapped | cudaHostAllocPortable), res, fail);
   memset(words, 0, 4096);
@@ -114,6 +118,7 @@ static commResult_t stateCreate(commComm* comm) {
     s->traceDev = (uint64_t*)((char*)wordsDev + 512);
   }
   CUDACHECKGOTO(cudaMalloc((void**)&s->llStaging, (size_t)COMM_MAX_CHANNELS * 2 * COMM_DEV_LL_PIECE), res, fail);
+  CUDACHECKGOTO((cudaError_t)commDevLoadKernels(), res, fail);
   comm->dev = s;
   INFO(COMM_INIT, "rank %d: CUDA executor on device %d: own stream, %d threads per channel", comm->rank,
        comm->cudaDev, COMM_DEV_THREADS);
@@ -290,7 +295,13 @@ static commResult_t planStorage(commComm* comm, size_t bytes, int capturing, voi
     s->poolSize = n;
   }
   if (b->cap < bytes) {
-    if (b->host) cudaFreeHost(b->host);
+    if (b->host) { /* retired, not freed: cudaFreeHost would wait for peers' kernels waiting for us */
+      struct graphFree* r = NULL;
+      COMMCHECK(commCalloc(&r, 1, sizeof(*r)));
+      r->host = b->host;
+      r->next = s->retired;
+      s->retired = r;
+    }
     b->host = NULL;
     b->cap = 0;
     size_t cap = bytes < 65536 ? 65536 : bytes * 2;
@@ -349,6 +360,7 @@ static commResult_t launchPlan(commComm* comm, const commPlan* plan, cudaStream_
   h->error = s->errorDev;
   h->trace = s->traceDev;
   h->proto = plan->devProto;
+  h->llBatch = s->llBatch;
   h->llStaging = s->llStaging;
   h->timeoutNs = comm->timeoutMs < 0 ? 0 : comm->timeoutMs == 0 ? 1 : (uint64_t)comm->timeoutMs * 1000000ull;
   h->opCount = plan->opCount;
@@ -418,7 +430,6 @@ commResult_t commDevRunPlans(commComm* comm, commPlan** plans, int nPlans) {
     CUDACHECKGOTO(cudaStreamIsCapturing(streams[i], &cs), res, out);
     if (cs == cudaStreamCaptureStatusActive) capturing = 1;
   }
-  if (!capturing) freeGraphBufs(); /* (cudaFreeHost may not run inside a capture) */
   /* The kernels of a communicator run one after another (FIFO positions carry over), and each is ordered
    * after the work queued before the call on its caller's streams, and before the work queued after.
    * One caller stream: launch on it, after the previous launch if that was on another stream; no join
@@ -558,6 +569,12 @@ void commDevFree(commComm* comm) {
     if (s->pool[i].done) cudaEventDestroy(s->pool[i].done);
   }
   free(s->pool);
+  while (s->retired) {
+    struct graphFree* next = s->retired->next;
+    cudaFreeHost(s->retired->host);
+    free(s->retired);
+    s->retired = next;
+  }
   while (s->scratch) {
     scratchBuf* next = s->scratch->next;
     cudaFree(s->scratch->ptr);

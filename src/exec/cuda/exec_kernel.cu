@@ -2,9 +2,10 @@
  * the Simple protocol over device FIFOs (src/include/exec_dev.h).
  *
  * Per slot, the sender: thread 0 waits until the slot is free (tail), the block fills it with 16-byte
- * vector stores (applying the op where the step says), the block syncs, and thread 0 fences (GPU scope, or
- * system scope towards another GPU), stores the slot's size, fences and stores head. The receiver: thread 0
- * waits for head, fences, the block syncs, the block reads the slot through L2 (ld.global.cg: the slot was
+ * vector stores (applying the op where the step says), the block syncs, and thread 0 stores the slot's size,
+ * fences (acquire-release; GPU scope, or system scope towards another GPU: cumulative, so it orders the
+ * block's data stores it saw through the barrier too) and stores head. The receiver: thread 0 waits for
+ * head, fences (acquire), the block syncs, the block reads the slot through L2 (ld.global.cg: the slot was
  * written by another SM, or another GPU, and L1 is not coherent), syncs, and thread 0 stores tail. Every wait watches the communicator's abort
  * flag (mapped host memory) and its timeout (globaltimer); on either, or on a slot whose size is not what
  * the step expects, the block records the failure in mapped host memory and all its threads return. */
@@ -27,6 +28,12 @@ __device__ __forceinline__ uint64_t globalTimer() {
 }
 __device__ __forceinline__ uint64_t loadVolatile(const uint64_t* p) { return *(const volatile uint64_t*)p; }
 __device__ __forceinline__ void storeVolatile(uint64_t* p, uint64_t v) { *(volatile uint64_t*)p = v; }
+/* Acquire-release fence at system scope (a peer on another GPU, or the host) or GPU scope: lighter than
+ * __threadfence / __threadfence_system (sequentially consistent fences), and all a FIFO's flags need. */
+__device__ __forceinline__ void fenceAcqRel(bool sys) {
+  if (sys) asm volatile("fence.acq_rel.sys;" ::: "memory");
+  else asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
 
 /* Loads through L2 for every width. */
 template <typename T>
@@ -272,6 +279,8 @@ __shared__ int sAction;
 __device__ int waitSend(Waiter& w, const commDevConn* c, uint32_t nSlots) {
   uint64_t pos = loadVolatile(c->pos);
   sSendPos = pos;
+  /* No fence after: the receiver read the slot before it stored tail, and our stores into the slot depend on
+   * the value of tail we read (stores are not speculated). */
   return waitAtLeast(w, c->tail, pos + 1 > nSlots ? pos + 1 - nSlots : 0);
 }
 /* Thread 0: a filled slot on c (position in sRecvPos, size in sRecvSize). */
@@ -280,20 +289,17 @@ __device__ int waitRecv(Waiter& w, const commDevConn* c, uint32_t nSlots) {
   sRecvPos = pos;
   int r = waitAtLeast(w, c->head, pos + 1);
   if (r == COMM_DEV_OK) {
-    __threadfence(); /* the size was stored before head */
+    fenceAcqRel(c->sysScope); /* the size was stored before head */
     sRecvSize = loadVolatile(&c->sizes[pos % nSlots]);
   }
   return r;
 }
-/* Thread 0, after the block's barrier: publish a filled slot. The fence is cumulative: it orders the
- * block's data stores (ordered before it by the barrier) before the size and head stores, for observers on
+/* Thread 0, after the block's barrier: publish a filled slot. One fence, cumulative: it orders the size store
+ * and the block's data stores (ordered before it by the barrier) before the head store, for observers on
  * this GPU (gpu scope), or on another GPU or the host (system scope, which costs more). */
 __device__ void postSend(const commDevConn* c, uint32_t nSlots, uint64_t pos, uint64_t bytes) {
-  if (c->sysScope) __threadfence_system();
-  else __threadfence();
   storeVolatile(&c->sizes[pos % nSlots], bytes);
-  if (c->sysScope) __threadfence_system();
-  else __threadfence();
+  fenceAcqRel(c->sysScope);
   storeVolatile(c->head, pos + 1);
   storeVolatile(c->pos, pos + 1);
 }
@@ -304,10 +310,7 @@ __device__ void releaseRecv(const commDevConn* c, uint64_t pos) {
 
 /* Block-wide: thread 0 ran a wait that returned r; everyone learns whether to go on. */
 __device__ bool syncOk(int r) {
-  if (threadIdx.x == 0) {
-    __threadfence();
-    sErr = r;
-  }
+  if (threadIdx.x == 0) sErr = r; /* (the barrier orders shared memory; the waits fenced what they saw) */
   __syncthreads();
   return sErr == COMM_DEV_OK;
 }
@@ -412,7 +415,7 @@ __device__ bool chooseSendRecv(const Plan& p, Waiter& w, int ch, const commDevSt
         action = 2;
         sRecvPos = rpos;
         if (!ll) {
-          __threadfence(); /* the size was stored before head */
+          fenceAcqRel(rc->sysScope); /* the size was stored before head */
           sRecvSize = loadVolatile(&rc->sizes[rpos % nSlots]);
         }
         break;
@@ -428,7 +431,6 @@ __device__ bool chooseSendRecv(const Plan& p, Waiter& w, int ch, const commDevSt
       traceWait(w, t0);
     }
     sAction = action;
-    __threadfence();
     sErr = r;
   }
   __syncthreads();
@@ -529,6 +531,150 @@ __device__ bool runStepLL(const Plan& p, Waiter& w, int ch, const commDevStep* s
     }
     done += n;
   }
+  return true;
+}
+
+/* ---- LL batches: several one-piece sends (or receives) to distinct peers at once ----
+ * A one-shot allreduce sends its input to every peer, then receives from every peer: n-1 independent
+ * transfers per direction. Run one after the other, each costs a block-wide round of waits and barriers;
+ * here each warp takes some of them: its lane 0 waits for FIFO space, its lanes write (or poll and read) the
+ * lines straight from the source (into the destination), and the block meets once at the end. */
+
+__shared__ int sLLErrPeer, sLLErrSend;
+
+/* Steps [s, s + m) of the channel that can run as one batch (1: run s alone): the same primitive, SEND or
+ * RECV, no pre/post operation, one LL piece each, every step on a connection of its own (connection
+ * indices strictly increasing: one read per step, and what a one-shot's steps give, as each step's peer is
+ * a connection the plan has not used before). */
+__device__ int llBatchLength(const Plan& p, const commDevStep* steps, int s, int end) {
+  const commDevPlanHdr* h = p.h;
+  if (!h->llBatch || h->proto != commProtoLL) return 1;
+  const commDevStep& a = steps[s];
+  if ((a.prim != COMM_PRIM_SEND && a.prim != COMM_PRIM_RECV) || a.flags != 0) return 1;
+  const bool send = a.prim == COMM_PRIM_SEND;
+  int m = 0, lastConn = -1;
+  for (int k = s; k < end; k++) {
+    const commDevStep& b = steps[k];
+    if (b.prim != a.prim || b.flags != 0 || b.count == 0 || b.count * h->eltSize > COMM_DEV_LL_PIECE) break;
+    const int conn = send ? b.sendConn : b.recvConn;
+    if (conn <= lastConn) break;
+    lastConn = conn;
+    m++;
+  }
+  return m < 1 ? 1 : m;
+}
+
+/* A failure one lane saw: the first one is kept, with its peer, for the block to report. */
+__device__ void llBatchFail(int code, int peer, int isSend) {
+  if (atomicCAS(&sLLErr, 0, code) == 0) {
+    sLLErrPeer = peer;
+    sLLErrSend = isSend;
+  }
+}
+
+/* Eight bytes (fewer at the end: the rest zero) of src at line l, through L2. */
+__device__ __forceinline__ uint2 llSourceLine(const char* src, size_t bytes, size_t l) {
+  const char* at = src + l * 8;
+  if (bytes - l * 8 >= 8 && ((uintptr_t)at & 7) == 0) return __ldcg((const uint2*)at);
+  uint32_t d[2] = {0, 0};
+  size_t n = bytes - l * 8 < 8 ? bytes - l * 8 : 8;
+  for (size_t b = 0; b < n; b++) ((uint8_t*)d)[b] = __ldcg((const uint8_t*)at + b);
+  return make_uint2(d[0], d[1]);
+}
+__device__ __forceinline__ void llStoreLine(char* dst, size_t bytes, size_t l, uint32_t d0, uint32_t d1) {
+  char* at = dst + l * 8;
+  if (bytes - l * 8 >= 8 && ((uintptr_t)at & 7) == 0) {
+    *(uint2*)at = make_uint2(d0, d1);
+    return;
+  }
+  uint32_t d[2] = {d0, d1};
+  size_t n = bytes - l * 8 < 8 ? bytes - l * 8 : 8;
+  for (size_t b = 0; b < n; b++) at[b] = (char)((const uint8_t*)d)[b];
+}
+
+/* One warp sends step st's piece: lane 0 waits for a free slot, the lanes write the lines. */
+__device__ void llWarpSend(const Plan& p, Waiter& w, const commDevStep* st, int lane) {
+  const commDevConn* c = &p.conns[st->sendConn];
+  const uint32_t nSlots = p.h->nSlots;
+  const size_t bytes = st->count * p.h->eltSize, nLines = (bytes + 7) / 8;
+  const uint64_t pos = loadVolatile(c->pos);
+  int r = COMM_DEV_OK;
+  if (lane == 0) { /* (this lane's own clock for the timeout: the wait starts now) */
+    w.lastProgress = globalTimer();
+    r = waitAtLeast(w, c->tail, pos + 1 > nSlots ? pos + 1 - nSlots : 0);
+  }
+  r = __shfl_sync(0xffffffffu, r, 0);
+  if (r != COMM_DEV_OK) {
+    if (lane == 0) llBatchFail(r, st->sendPeer, 1);
+    return;
+  }
+  char* slot = c->llSlots + (pos % nSlots) * COMM_DEV_LL_SLOT_BYTES;
+  const uint32_t flag = (uint32_t)(pos + 1);
+  for (size_t l = lane; l < nLines; l += 32) {
+    uint2 v = llSourceLine((const char*)st->src, bytes, l);
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(slot + l * 16), "r"(v.x), "r"(flag),
+                 "r"(v.y), "r"(flag)
+                 : "memory");
+  }
+  __syncwarp();
+  if (lane == 0) storeVolatile(c->pos, pos + 1);
+}
+
+/* One warp receives step st's piece: the lanes poll their lines and write the data to the destination. */
+__device__ void llWarpRecv(const Plan& p, const commDevStep* st, int lane) {
+  const commDevPlanHdr* h = p.h;
+  const commDevConn* c = &p.conns[st->recvConn];
+  const size_t bytes = st->count * h->eltSize, nLines = (bytes + 7) / 8;
+  const uint64_t pos = loadVolatile(c->pos);
+  const char* slot = c->llSlots + (pos % h->nSlots) * COMM_DEV_LL_SLOT_BYTES;
+  const uint32_t flag = (uint32_t)(pos + 1);
+  uint64_t start = 0;
+  bool ok = true;
+  for (size_t l = lane; l < nLines && ok; l += 32) {
+    uint32_t d[2];
+    int spins = 0;
+    while (!llLine(slot + l * 16, flag, d)) {
+      if (++spins < SPINS_BEFORE_CHECK) continue;
+      spins = 0;
+      if (*(volatile int*)&sLLErr) {
+        ok = false;
+        break;
+      }
+      int r = COMM_DEV_OK;
+      if (*h->abortFlag || *(volatile int32_t*)&h->error->code != COMM_DEV_OK) r = COMM_DEV_ABORTED;
+      uint64_t now = globalTimer();
+      if (start == 0) start = now;
+      if (r == COMM_DEV_OK && h->timeoutNs && now - start > h->timeoutNs) r = COMM_DEV_TIMEOUT;
+      if (r != COMM_DEV_OK) {
+        llBatchFail(r, st->recvPeer, 0);
+        ok = false;
+        break;
+      }
+      __nanosleep(100);
+    }
+    if (ok) llStoreLine((char*)st->dst, bytes, l, d[0], d[1]);
+  }
+  ok = __all_sync(0xffffffffu, ok);
+  if (ok && lane == 0) releaseRecv(c, pos);
+}
+
+/* Steps sts[0..m) as one batch (llBatchLength). false: the block stops (failure recorded). */
+__device__ bool runBatchLL(const Plan& p, Waiter& w, int ch, const commDevStep* sts, int m) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nWarps = blockDim.x / 32;
+  const bool send = sts[0].prim == COMM_PRIM_SEND;
+  for (int k = warp; k < m; k += nWarps) {
+    if (*(volatile int*)&sLLErr) break;
+    commDevStep st = sts[k];
+    if (send) llWarpSend(p, w, &st, lane);
+    else llWarpRecv(p, &st, lane);
+  }
+  __syncthreads();
+  int r = *(volatile int*)&sLLErr;
+  if (r != COMM_DEV_OK) {
+    if (threadIdx.x == 0) reportError(p.h, r, ch, sLLErrPeer, sLLErrSend, 0, 0);
+    return false;
+  }
+  if (threadIdx.x == 0) w.lastProgress = globalTimer();
   return true;
 }
 
@@ -691,12 +837,19 @@ __global__ void __launch_bounds__(COMM_DEV_THREADS, 1) execKernel(const __grid_c
     for (uint32_t i = 0; i < h->eltSize; i++) bits |= (uint64_t)s[i] << (8 * i);
     p.scalarBits = bits;
   }
-  if (threadIdx.x == 0) sLLErr = 0; /* (the first step's barriers publish it) */
+  if (threadIdx.x == 0) sLLErr = 0;
+  __syncthreads(); /* every warp may read it first (an LL batch) */
   Waiter w = {h, globalTimer(), 0, 0, 0};
   const uint64_t start = w.lastProgress;
   for (int s = h->stepBegin[ch]; s < h->stepBegin[ch + 1]; s++) {
-    commDevStep st = steps[s];
-    if (!runStep(p, w, ch, &st)) return;
+    const int m = llBatchLength(p, steps, s, h->stepBegin[ch + 1]);
+    if (m > 1) {
+      if (!runBatchLL(p, w, ch, steps + s, m)) return;
+      s += m - 1;
+    } else {
+      commDevStep st = steps[s];
+      if (!runStep(p, w, ch, &st)) return;
+    }
     __syncthreads();
     if (h->trace && ch == 0 && threadIdx.x == 0 && s < COMM_DEV_TRACE_STEPS) h->trace[8 + s] = globalTimer();
   }
@@ -720,6 +873,15 @@ cudaError_t launchWith(const commDevArgs* a, size_t inlineBytes, int threads, cu
 }
 
 }  // namespace
+
+/* Load both kernel variants now: with CUDA's lazy loading (the default), a kernel's first launch loads it, and
+ * a load while a peer's kernel spins waiting for this rank can wait for that kernel: a deadlock. */
+extern "C" int commDevLoadKernels(void) {
+  cudaFuncAttributes a;
+  cudaError_t e = cudaFuncGetAttributes(&a, execKernel<COMM_DEV_INLINE_SMALL>);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, execKernel<COMM_DEV_INLINE_BYTES>);
+  return (int)e;
+}
 
 extern "C" int commDevLaunch(const commDevArgs* args, size_t inlineBytes, int threads, void* stream) {
   if (inlineBytes <= COMM_DEV_INLINE_SMALL)
