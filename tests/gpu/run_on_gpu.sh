@@ -33,7 +33,9 @@ TESTS=("tests/test_gpu_reduce" "tests/test_gpu_comm_device" "tests/test_gpu_coll
        "tests/test_gpu_coll -q -p 2" "COMM_DEV_LL_MAX=1048576 tests/test_gpu_coll -n 2,8"
        "tests/test_gpu_coll -g 2 -n 2" "tests/test_gpu_coll -g 4 -n 4" "tests/test_gpu_coll -g 8 -n 8"
        "tests/test_gpu_coll -g 2 -p 2" "tests/test_gpu_coll -q -g 4 -p 4" "tests/test_gpu_coll -q -g 8 -p 8"
-       "COMM_DEV_LL_MAX=1048576 tests/test_gpu_coll -q -g 8 -n 8")
+       "COMM_DEV_LL_MAX=1048576 tests/test_gpu_coll -q -g 8 -n 8"
+       "COMM_DEV_LL_MAX=1048576 tests/test_gpu_coll -g 4 -n 4" "COMM_DEV_LL_MAX=4096 tests/test_gpu_comm_device"
+       "COMM_DEV_LL_MAX=4096 COMM_DEV_LL_BATCH=0 tests/test_gpu_coll -q -g 4 -n 4")
 # compute-sanitizer runs on a representative subset: memcheck on these, racecheck (shared memory) too. It
 # runs the kernels of one process one at a time, so ranks that wait on each other are processes here.
 SANITIZED=("tests/test_gpu_coll -q -n 1" "tests/test_gpu_coll -q -p 2")

@@ -68,6 +68,7 @@ typedef struct {
   int printed, passed, failed, fatal;
 } sharedT;
 static sharedT* sh;
+static int verbose; /* TEST_GPU_VERBOSE=1: rank 0 prints each case's name before it runs (to find a hang) */
 
 typedef struct {
   int rank, n, quick, procMode, dev; /* dev: the CUDA device of this rank */
@@ -318,6 +319,10 @@ static int runCase(rankCtx* x, caseT* c) {
   c->seed = ++x->seed; /* the same on every rank: the cases run in the same order */
   char what[160];
   describe(c, what, sizeof(what));
+  if (verbose && x->rank == 0) {
+    printf("case %s\n", what);
+    fflush(stdout);
+  }
   size_t es = typeSize[c->type], sb = sendElems(c, x->n) * es, rb = recvElems(c, x->n) * es, len;
   size_t off = resultAt(c, x->n, x->rank, &len) * es;
   cudaStream_t st = x->stream;
@@ -738,6 +743,7 @@ int main(int argc, char** argv) {
     }
   }
   initEncodings();
+  verbose = getenv("TEST_GPU_VERBOSE") != NULL && atoi(getenv("TEST_GPU_VERBOSE")) != 0;
   sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (sh == MAP_FAILED) return 2;
   memset(sh, 0, sizeof(*sh));
