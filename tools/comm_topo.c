@@ -3,7 +3,7 @@
  * the rings and trees of a communicator, and the transport between ranks.
  *
  *   comm_topo [-f topo.xml] [-n nranks] [-R ranks-per-host] [-c channels] [-d out.dot] [-p out.png]
- *             [-x out.xml] [-q] [-a]                                  (see usage() or -h)
+ *             [-x out.xml] [-q] [-a] [-i]                             (see usage() or -h)
  *
  * The topology comes from -f (commTopoLoadXml), else commTopoGet (COMM_TOPO_FILE, else discovery of this
  * machine). Ranks are placed as a launcher would: rank r on host r / R, on GPU (r % R) % nGpus of that host
@@ -51,13 +51,13 @@ typedef struct {
   const char* dotPath;
   const char* pngPath;
   const char* xmlPath;
-  int quiet, all;
+  int quiet, all, rdma;
 } topoOpts;
 
 static void usage(FILE* f, const char* prog) {
   fprintf(f,
           "usage: %s [-f topo.xml] [-n nranks] [-R ranks-per-host] [-c channels] [-d out.dot] [-p out.png]\n"
-          "          [-x out.xml] [-q] [-a]\n"
+          "          [-x out.xml] [-q] [-a] [-i]\n"
           "  -f FILE   load the topology from FILE (default: COMM_TOPO_FILE, else discover this machine)\n"
           "  -n N      ranks (default: ranks per host x hosts)\n"
           "  -R L      ranks per host (default: the most GPUs of any host, or 1 without GPUs; when only -n is\n"
@@ -69,6 +69,8 @@ static void usage(FILE* f, const char* prog) {
           "  -x FILE   write the topology as XML (commTopoDumpXml; -f reads it back)\n"
           "  -q        print only the hosts' summary lines, the rings and the timing\n"
           "  -a        print everything: every host in full, whole rings, every rank\n"
+          "  -i        list the RDMA devices the IB transport sees (libibverbs; COMM_IB_FAKE: the fake), their\n"
+          "            ports, GIDs, the GPU each serves and whether GPUDirect RDMA would be used\n"
           "Exit status: 0; 1 load or write error; 2 bad arguments; 3 no dot for -p.\n",
           prog, COMM_MAX_CHANNELS);
 }
@@ -631,7 +633,7 @@ int main(int argc, char** argv) {
   topoOpts o;
   memset(&o, 0, sizeof(o));
   int opt;
-  while ((opt = getopt(argc, argv, "f:n:R:c:d:p:x:qah")) != -1) {
+  while ((opt = getopt(argc, argv, "f:n:R:c:d:p:x:qaih")) != -1) {
     int bad = 0;
     switch (opt) {
       case 'f': o.file = optarg; break;
@@ -643,6 +645,7 @@ int main(int argc, char** argv) {
       case 'x': o.xmlPath = optarg; break;
       case 'q': o.quiet = 1; break;
       case 'a': o.all = 1; break;
+      case 'i': o.rdma = 1; break;
       case 'h': usage(stdout, argv[0]); return 0;
       default: bad = 1;
     }
@@ -715,6 +718,10 @@ int main(int argc, char** argv) {
       }
     }
     printHostLines(topo, full, collapse);
+  }
+  if (o.rdma && printRdma(o.file ? NULL : topo) != 0) {
+    commTopoRelease(topo); /* frees a loaded file; a cached discovery stays cached */
+    return 1;
   }
 
   comm_layout L;

@@ -1,5 +1,5 @@
 /* comm_topo's files: comm_topo.c (options, the printed views), comm_topo_dot.c (the Graphviz DOT and PNG
- * output). What they share. */
+ * output), comm_topo_rdma.c (the RDMA devices, -i). What they share. */
 #ifndef COMM_TOOLS_COMM_TOPO_H_
 #define COMM_TOOLS_COMM_TOPO_H_
 
@@ -18,5 +18,9 @@ void nodeDetails(const commTopo* topo, int n, int multiline, char* buf, size_t l
  * 3 dot is not installed). */
 int writeDotFile(const commTopo* topo, const char* path, int nShown);
 int renderPng(const commTopo* topo, const char* dotPath, const char* pngPath, int nShown);
+
+/* comm_topo_rdma.c (-i): the RDMA devices the IB transport sees, their ports and GIDs, and for each the GPU it
+ * serves in topo (this machine's) and whether GPUDirect RDMA would be used. 0, or 1 for a bad COMM_IB_HCA. */
+int printRdma(const commTopo* topo);
 
 #endif

@@ -110,6 +110,32 @@ else()
   expect(png "${png_err}" "dot \\(graphviz\\) not installed" "message")
 endif()
 
+# -i: the RDMA devices, here the fake verbs' (COMM_IB_FAKE) on this machine's discovery: ports, link layers,
+# GIDs with their types and the one the transport addresses the port by, COMM_IB_HCA's selection, and the GPU
+# line (the fake NICs are not in the machine's topology). Without the IB transport, a clear note.
+set(ENV{COMM_IB_FAKE} "2:roce")
+set(ENV{COMM_IB_HCA} "^fakeroce0")
+run(rdma 0 -q -i)
+if(COMM_IB_BUILT)
+  expect(rdma "${rdma_out}" "RDMA devices \\(through fake verbs[^\n]*\\): 2" "device count")
+  expect(rdma "${rdma_out}" "fakeroce0: 1 port[^\n]*\n    port 1: ACTIVE, RoCE \\(Ethernet\\), 100 Gb/s, MTU 1024[^\n]*not selected by COMM_IB_HCA" "port line of the excluded device")
+  expect(rdma "${rdma_out}" "GID 3: ::ffff:10\\.0\\.1\\.1 \\(RoCE v2\\)" "GID table")
+  expect(rdma "${rdma_out}" "addressed by GID 3 \\(::ffff:10\\.0\\.1\\.1, RoCE v2\\)" "GID selection")
+  expect(rdma "${rdma_out}" "GPU: - \\(fakeroce1 is not in this machine's topology\\)" "GPU line")
+  if(rdma_out MATCHES "fakeroce1[^\n]*\n[^\n]*not selected")
+    message(FATAL_ERROR "rdma: fakeroce1 is selected by COMM_IB_HCA=^fakeroce0")
+  endif()
+  set(ENV{COMM_IB_FAKE} "1:ib")
+  set(ENV{COMM_IB_HCA} "")
+  run(rdmaib 0 -q -i)
+  expect(rdmaib "${rdmaib_out}" "port 1: ACTIVE, InfiniBand, 200 Gb/s, MTU 4096, LID 1\n" "InfiniBand port")
+  expect(rdmaib "${rdmaib_out}" "addressed by GID 0 \\(fe80::[0-9a-f:]+, IB\\)" "InfiniBand GID")
+else()
+  expect(rdma "${rdma_out}" "this build has no IB transport" "no-IB note")
+endif()
+set(ENV{COMM_IB_FAKE} "")
+set(ENV{COMM_IB_HCA} "")
+
 # A malformed file: exit status 1, the parser's WARN with the line.
 file(WRITE ${WORK}/bad.xml "<?xml version=\"1.0\"?>\n<topology version=\"1\">\n  <host name=\"x\">\n"
                            "    <cpu numa=\"0\" <gpu/>\n  </host>\n</topology>\n")

@@ -213,22 +213,28 @@ static const commIbVerbs* netIbFakeVerbs(const char* spec, char* why, size_t why
   return commIbFakeVerbs();
 }
 
+const commIbVerbs* commNetIbVerbs(char* how, size_t howLen, char* why, size_t whyLen) {
+  const char* fake = commParamStr("COMM_IB_FAKE", NULL);
+  const commIbVerbs* verbs = NULL;
+  if (fake && *fake && strcmp(fake, "0") != 0) {
+    verbs = netIbFakeVerbs(fake, why, whyLen);
+  } else {
+    char loadWhy[256] = "";
+    if (commIbVerbsLoad(&verbs, loadWhy, sizeof(loadWhy)) != commSuccess || !verbs) {
+      verbs = NULL;
+      snprintf(why, whyLen, "libibverbs cannot be loaded (%s)", loadWhy);
+    } else {
+      snprintf(netIbHow, sizeof(netIbHow), "%s", verbs->name);
+    }
+  }
+  if (how && howLen) snprintf(how, howLen, "%s", netIbHow);
+  return verbs;
+}
+
 static const commNet_t* netIbGet(char* why, size_t whyLen) {
   if (netIbState == 0) {
     netIbState = -1;
-    const char* fake = commParamStr("COMM_IB_FAKE", NULL);
-    const commIbVerbs* verbs = NULL;
-    if (fake && *fake && strcmp(fake, "0") != 0) {
-      verbs = netIbFakeVerbs(fake, netIbWhy, sizeof(netIbWhy));
-    } else {
-      char loadWhy[256] = "";
-      if (commIbVerbsLoad(&verbs, loadWhy, sizeof(loadWhy)) != commSuccess || !verbs) {
-        verbs = NULL;
-        snprintf(netIbWhy, sizeof(netIbWhy), "libibverbs cannot be loaded (%s)", loadWhy);
-      } else {
-        snprintf(netIbHow, sizeof(netIbHow), "%s", verbs->name);
-      }
-    }
+    const commIbVerbs* verbs = commNetIbVerbs(NULL, 0, netIbWhy, sizeof(netIbWhy));
     if (verbs) {
       const commNet_t* ib = commNetIbPlugin(verbs);
       const char* hca = commParamStr("COMM_IB_HCA", NULL);

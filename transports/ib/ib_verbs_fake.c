@@ -415,9 +415,15 @@ static struct ibv_mr* fakeRegMr(struct ibv_pd* ibpd, void* addr, size_t length, 
 
 static struct ibv_mr* fakeRegDmabufMr(struct ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd,
                                       int access) {
-  (void)pd, (void)offset, (void)length, (void)iova, (void)fd, (void)access;
-  errno = EOPNOTSUPP;
-  return NULL;
+  (void)offset;
+  LOCK();
+  int on = gFake.opt.dmabuf;
+  UNLOCK();
+  if (!on || fd < 0) {
+    errno = !on ? EOPNOTSUPP : EBADF;
+    return NULL;
+  }
+  return fakeRegMr(pd, (void*)(uintptr_t)iova, length, access);
 }
 
 static int fakeDeregMr(struct ibv_mr* mr) {

@@ -115,6 +115,9 @@ typedef struct {
   uint64_t seed;
   int delaySteps;   /* a WR executes no earlier than this many wire steps after its post (default 1, >= 1) */
   int maxPerStep;   /* WRs executed per wire step, all QPs together (0, default: every eligible one) */
+  int dmabuf;       /* 0 (default): regDmabufMr gives EOPNOTSUPP, as a library or NIC without dma-buf; 1: it
+                     * registers [iova, iova + length) as regMr would (the fake has no GPU: a test's stand-in
+                     * for device memory is host memory at iova), after checking fd >= 0 (else EBADF) */
 } commIbFakeOptions;
 void commIbFakeGetOptions(commIbFakeOptions* opt);
 /* Starts or stops the wire thread as asked. EINVAL for out-of-range values. */

@@ -15,6 +15,7 @@
 
 #include "check.h"
 #include "debug.h"
+#include "ib_gdr.h"
 #include "ib_topo.h"
 #include "param.h"
 #include "socket.h"
@@ -84,6 +85,7 @@ typedef struct ibMr {
   uintptr_t start, end;
   struct ibv_mr* mr;
   int refs;
+  int gpu; /* device memory: its CUDA ordinal (registered through GPUDirect RDMA, ib_gdr.c); host: -1 */
 } ibMr;
 typedef struct {
   ibComm* comm;
@@ -181,7 +183,7 @@ static commResult_t ibGetProperties(int dev, commNetProperties_t* props) {
   props->name = ibPorts[dev].devName;
   props->pciPath = NULL;
   props->guid = ibPorts[dev].guid;
-  props->ptrSupport = COMM_PTR_HOST;
+  props->ptrSupport = COMM_PTR_HOST | (ibGdrPathFor(0, NULL, 0) != IB_GDR_NONE ? COMM_PTR_CUDA : 0);
   props->speedMbps = ibPorts[dev].speedMbps;
   props->port = ibPorts[dev].port;
   props->latencyUs = 0;
@@ -625,16 +627,21 @@ static commResult_t ibAccept(void* listenComm, void** recvComm) {
 static commResult_t ibRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
   *mhandle = NULL;
   ibComm* c = (ibComm*)comm;
-  if (!c || type != COMM_PTR_HOST) {
-    WARN("NET/IB : only host memory can be registered (type %d)", type);
+  if (!c || (type != COMM_PTR_HOST && type != COMM_PTR_CUDA)) {
+    WARN("NET/IB : cannot register memory of type %d (host %d or CUDA %d)", type, COMM_PTR_HOST, COMM_PTR_CUDA);
+    return commInvalidArgument;
+  }
+  int gpu = -1;
+  if (type == COMM_PTR_CUDA && (gpu = ibGdrDeviceOf(data)) < 0) {
+    WARN("NET/IB : %s: %p was registered as CUDA memory but is not device memory", ibDevName(c), data);
     return commInvalidArgument;
   }
   long page = sysconf(_SC_PAGESIZE);
   uintptr_t pg = page > 0 ? (uintptr_t)page : 4096;
   uintptr_t start = (uintptr_t)data & ~(pg - 1);
   uintptr_t end = ((uintptr_t)data + (size ? size : 1) + pg - 1) & ~(pg - 1);
-  for (ibMr* m = c->mrs; m; m = m->next) {
-    if (m->start <= start && end <= m->end) {
+  for (ibMr* m = c->mrs; m; m = m->next) { /* the registration cache: each range once */
+    if (m->gpu == gpu && m->start <= start && end <= m->end) {
       m->refs++;
       *mhandle = m;
       return commSuccess;
@@ -642,9 +649,19 @@ static commResult_t ibRegMr(void* comm, void* data, size_t size, int type, void*
   }
   ibMr* m;
   COMMCHECK(commCalloc(&m, 1, sizeof(*m)));
-  m->mr = ibV->regMr(c->pd, (void*)start, end - start,
-                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
-  if (!m->mr) {
+  const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  m->gpu = gpu;
+  if (gpu >= 0) {
+    ibGdrReg reg;
+    commResult_t res = ibGdrRegister(ibV, c->pd, ibDevName(c), gpu, data, size, access, &reg);
+    if (res != commSuccess) {
+      free(m);
+      return res;
+    }
+    m->mr = reg.mr;
+    INFO(COMM_NET | COMM_IB, "NET/IB : %s: registered %zu bytes of GPU %d memory through %s", ibDevName(c),
+         (size_t)(reg.end - reg.start), gpu, ibGdrPathName(reg.path));
+  } else if (!(m->mr = ibV->regMr(c->pd, (void*)start, end - start, access))) {
     WARN("NET/IB : %s: cannot register %zu bytes at %p: %s", ibDevName(c), size, data, strerror(errno));
     free(m);
     return commSystemError;
@@ -887,13 +904,16 @@ static commResult_t ibIrecv(void* recvComm, int n, void** data, size_t* sizes, i
   return ibRecvProgress(c);
 }
 
+/* Device buffers the NIC wrote: flushed where the GPU needs it (ib_gdr.c), at once; host memory needs
+ * nothing. No request is left to test. */
 static commResult_t ibIflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
   (void)recvComm;
-  (void)n;
   (void)data;
-  (void)sizes;
-  (void)mhandles;
-  *request = NULL; /* host memory: nothing to flush */
+  *request = NULL;
+  for (int i = 0; i < n; i++) {
+    const ibMr* m = mhandles ? (const ibMr*)mhandles[i] : NULL;
+    if (m && m->gpu >= 0 && sizes[i] > 0) COMMCHECK(ibGdrFlush(m->gpu));
+  }
   return commSuccess;
 }
 

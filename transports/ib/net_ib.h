@@ -31,6 +31,10 @@ extern "C" {
  * is only allowed while no comm is open). */
 const commNet_t* commNetIbPlugin(const commIbVerbs* verbs);
 
+/* transports/net.c: the verbs table the built-in IB network uses (the in-process fake with COMM_IB_FAKE, else
+ * libibverbs) and what it is in `how`; NULL with the reason in `why` when there is none. */
+const commIbVerbs* commNetIbVerbs(char* how, size_t howLen, char* why, size_t whyLen);
+
 /* Tests: QP `i` of a send or receive comm (NULL when out of range), and its number of QPs. */
 struct ibv_qp* commNetIbCommQp(void* comm, int i);
 int commNetIbCommNumQps(void* comm);
