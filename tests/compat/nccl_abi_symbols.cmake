@@ -1,0 +1,23 @@
+# ctest compat.nccl_abi_symbols: cmake -DHEADER=<toolkit nccl.h> -DLIB=<libnccl.so.2> -P nccl_abi_symbols.cmake
+# Every function the toolkit's nccl.h declares (nccl* and pncclx*) must be exported by the drop-in.
+# SPDX-License-Identifier: Apache-2.0
+file(READ ${HEADER} text)
+string(REGEX MATCHALL "[ *]p?nccl[A-Z][A-Za-z]*\\(" decls "${text}")
+execute_process(COMMAND nm -D --defined-only ${LIB} OUTPUT_VARIABLE syms RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "nm -D ${LIB} failed")
+endif()
+set(missing "")
+set(count 0)
+foreach(d ${decls})
+  string(REGEX REPLACE "[ *(]" "" name "${d}")
+  math(EXPR count "${count} + 1")
+  if(NOT syms MATCHES " ${name}\n")
+    list(APPEND missing ${name})
+  endif()
+endforeach()
+list(REMOVE_DUPLICATES missing)
+if(missing)
+  message(FATAL_ERROR "libnccl.so.2 lacks: ${missing}")
+endif()
+message("nccl_abi_symbols: all ${count} declarations of ${HEADER} are exported")

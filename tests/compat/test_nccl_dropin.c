@@ -1,0 +1,238 @@
+/* The NCCL drop-in (libnccl.so.2 from compat/nccl/) as an NCCL client uses it: this program is written
+ * against NCCL's API only (compat/nccl/nccl.h) and linked with -lnccl. N forked processes (default 3), one
+ * rank each, on host buffers (libcomm serves them; NCCL itself would want device memory):
+ *  - ncclGetVersion reports 2.28.9's code; error strings; ncclGetLastError(NULL) after a bad call;
+ *  - every collective (allreduce sum/avg/premulsum, broadcast and in-place bcast, reduce, allgather,
+ *    reducescatter, alltoall, gather, scatter) and a ring of grouped send/recv, checked element by element;
+ *  - a config struct of an older, smaller size (up to splitShare) is accepted; a bad magic is refused;
+ *  - ncclCommSplit into even and odd ranks, rank 0 passing NCCL_SPLIT_NOCOLOR (gets NULL);
+ *  - register/deregister and window handles: a foreign handle is refused;
+ *  - ncclCommShrink, ncclCommRevoke, ncclGroupSimulateEnd: ncclInvalidUsage (documented as not provided);
+ *  - ncclCommAbort from a watchdog thread while this thread waits in an allreduce nobody else joins
+ *    (the last rank only; the others have finished): the call returns an error instead of hanging.
+ * Exit 0 when every check passed. SPDX-License-Identifier: Apache-2.0 */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nccl.h"
+
+#define MAXN 16
+static int nRanks = 3, me = -1, failures;
+
+#define CHECK(cond, ...)                                                  \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      fprintf(stderr, "rank %d: FAIL %s:%d: ", me, __FILE__, __LINE__);   \
+      fprintf(stderr, __VA_ARGS__);                                       \
+      fprintf(stderr, "\n");                                              \
+      failures++;                                                         \
+    }                                                                     \
+  } while (0)
+#define NCCLOK(call)                                                                                    \
+  do {                                                                                                  \
+    ncclResult_t r_ = (call);                                                                           \
+    CHECK(r_ == ncclSuccess, "%s returned %d (%s): %s", #call, (int)r_, ncclGetErrorString(r_),          \
+          ncclGetLastError(NULL));                                                                      \
+  } while (0)
+
+static void collectives(ncclComm_t comm) {
+  const size_t n = 1001;
+  float* s = malloc(MAXN * n * sizeof(float));
+  float* r = malloc(MAXN * n * sizeof(float));
+  for (size_t i = 0; i < MAXN * n; i++) s[i] = (float)(me + 1) + (float)(i % 7);
+  float sumRanks = (float)nRanks * (nRanks + 1) / 2;
+
+  NCCLOK(ncclAllReduce(s, r, n, ncclFloat, ncclSum, comm, NULL));
+  for (size_t i = 0; i < n; i++) CHECK(r[i] == sumRanks + nRanks * (float)(i % 7), "allreduce[%zu] %g", i, r[i]);
+  NCCLOK(ncclAllReduce(s, r, n, ncclFloat, ncclAvg, comm, NULL));
+  for (size_t i = 0; i < n; i++)
+    CHECK(r[i] == (sumRanks + nRanks * (float)(i % 7)) / nRanks, "avg[%zu] %g", i, r[i]);
+  float half = 0.5f;
+  ncclRedOp_t pre;
+  NCCLOK(ncclRedOpCreatePreMulSum(&pre, &half, ncclFloat, ncclScalarHostImmediate, comm));
+  CHECK((int)pre >= (int)ncclNumOps, "premulsum op %d", (int)pre);
+  NCCLOK(ncclAllReduce(s, r, n, ncclFloat, pre, comm, NULL));
+  for (size_t i = 0; i < n; i++)
+    CHECK(r[i] == 0.5f * (sumRanks + nRanks * (float)(i % 7)), "premulsum[%zu] %g", i, r[i]);
+  NCCLOK(ncclRedOpDestroy(pre, comm));
+
+  int root = nRanks - 1;
+  NCCLOK(ncclBroadcast(s, r, n, ncclFloat, root, comm, NULL));
+  for (size_t i = 0; i < n; i++) CHECK(r[i] == (float)(root + 1) + (float)(i % 7), "broadcast[%zu]", i);
+  memcpy(r, s, n * sizeof(float));
+  NCCLOK(ncclBcast(r, n, ncclFloat, 0, comm, NULL));
+  for (size_t i = 0; i < n; i++) CHECK(r[i] == 1.0f + (float)(i % 7), "bcast[%zu]", i);
+  memset(r, 0, n * sizeof(float));
+  NCCLOK(ncclReduce(s, r, n, ncclFloat, ncclMax, 0, comm, NULL));
+  if (me == 0)
+    for (size_t i = 0; i < n; i++) CHECK(r[i] == (float)nRanks + (float)(i % 7), "reduce[%zu]", i);
+  NCCLOK(ncclAllGather(s, r, n, ncclFloat, comm, NULL));
+  for (int p = 0; p < nRanks; p++)
+    for (size_t i = 0; i < n; i++) CHECK(r[p * n + i] == (float)(p + 1) + (float)(i % 7), "allgather[%d][%zu]", p, i);
+  NCCLOK(ncclReduceScatter(s, r, n, ncclFloat, ncclSum, comm, NULL));
+  for (size_t i = 0; i < n; i++)
+    CHECK(r[i] == sumRanks + nRanks * (float)((me * n + i) % 7), "reducescatter[%zu] %g", i, r[i]);
+  NCCLOK(ncclAlltoAll(s, r, n, ncclFloat, comm, NULL));
+  for (int p = 0; p < nRanks; p++)
+    for (size_t i = 0; i < n; i++)
+      CHECK(r[p * n + i] == (float)(p + 1) + (float)((me * n + i) % 7), "alltoall[%d][%zu]", p, i);
+  memset(r, 0, MAXN * n * sizeof(float));
+  NCCLOK(ncclGather(s, r, n, ncclFloat, 1 % nRanks, comm, NULL));
+  if (me == 1 % nRanks)
+    for (int p = 0; p < nRanks; p++)
+      for (size_t i = 0; i < n; i++) CHECK(r[p * n + i] == (float)(p + 1) + (float)(i % 7), "gather[%d][%zu]", p, i);
+  NCCLOK(ncclScatter(s, r, n, ncclFloat, 0, comm, NULL));
+  for (size_t i = 0; i < n; i++) CHECK(r[i] == 1.0f + (float)((me * n + i) % 7), "scatter[%zu]", i);
+  /* A ring of grouped send/recv. */
+  NCCLOK(ncclGroupStart());
+  NCCLOK(ncclSend(s, n, ncclFloat, (me + 1) % nRanks, comm, NULL));
+  NCCLOK(ncclRecv(r, n, ncclFloat, (me + nRanks - 1) % nRanks, comm, NULL));
+  NCCLOK(ncclGroupEnd());
+  int from = (me + nRanks - 1) % nRanks;
+  for (size_t i = 0; i < n; i++) CHECK(r[i] == (float)(from + 1) + (float)(i % 7), "sendrecv[%zu]", i);
+  free(s);
+  free(r);
+}
+
+static void handles(ncclComm_t comm, ncclComm_t other) {
+  char buf[4096];
+  void* h = NULL;
+  NCCLOK(ncclCommRegister(comm, buf, sizeof(buf), &h));
+  CHECK(h != NULL, "register gave no handle");
+  if (other)
+    CHECK(ncclCommDeregister(other, h) == ncclInvalidArgument, "a handle of another communicator was accepted");
+  NCCLOK(ncclCommDeregister(comm, h));
+  long bogus[8] = {0}; /* (the drop-in reads a handle's header before refusing it) */
+  CHECK(ncclCommDeregister(comm, bogus) == ncclInvalidArgument, "a bogus handle was accepted");
+  ncclWindow_t w = NULL;
+  NCCLOK(ncclCommWindowRegister(comm, buf, sizeof(buf), &w, NCCL_WIN_COLL_SYMMETRIC));
+  CHECK(ncclCommWindowRegister(comm, buf, sizeof(buf), &w, 0x80) == ncclInvalidArgument, "unknown window flag");
+  NCCLOK(ncclCommWindowDeregister(comm, w));
+}
+
+static ncclComm_t abortComm;
+static void* watchdog(void* arg) {
+  (void)arg;
+  sleep(1);
+  ncclCommAbort(abortComm);
+  return NULL;
+}
+
+static int rankMain(ncclUniqueId id, ncclUniqueId abortId) {
+  int v = 0;
+  NCCLOK(ncclGetVersion(&v));
+  CHECK(v == 22809, "version %d", v);
+  CHECK(strlen(ncclGetErrorString(ncclInvalidUsage)) > 0, "error string");
+  /* An older client's config: only up to splitShare (NCCL 2.17's size). */
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.size = offsetof(ncclConfig_t, splitShare) + sizeof(int);
+  cfg.commName = (const char*)0x1; /* beyond the declared size: must not be read */
+  ncclComm_t comm = NULL;
+  NCCLOK(ncclCommInitRankConfig(&comm, nRanks, id, me, &cfg));
+  int cnt = 0, rank = -1;
+  NCCLOK(ncclCommCount(comm, &cnt));
+  NCCLOK(ncclCommUserRank(comm, &rank));
+  CHECK(cnt == nRanks && rank == me, "count %d rank %d", cnt, rank);
+  ncclResult_t async = ncclInternalError;
+  NCCLOK(ncclCommGetAsyncError(comm, &async));
+  CHECK(async == ncclSuccess, "async error %d", (int)async);
+  CHECK(ncclAllReduce(NULL, NULL, 4, ncclFloat, ncclSum, comm, NULL) == ncclInvalidArgument, "NULL buffers");
+  CHECK(strlen(ncclGetLastError(NULL)) > 0, "ncclGetLastError(NULL) after a bad call is empty");
+  ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
+  bad.magic = 0;
+  ncclComm_t none = NULL;
+  CHECK(ncclCommSplit(comm, 0, me, &none, &bad) == ncclInvalidArgument, "a config with a bad magic");
+
+  collectives(comm);
+
+  ncclComm_t sub = NULL;
+  NCCLOK(ncclCommSplit(comm, me == 0 ? NCCL_SPLIT_NOCOLOR : me % 2, me, &sub, NULL));
+  if (me == 0) {
+    CHECK(sub == NULL, "NOCOLOR gave a communicator");
+  } else {
+    int sc = 0;
+    NCCLOK(ncclCommCount(sub, &sc));
+    int expect = 0;
+    for (int p = 1; p < nRanks; p++) expect += p % 2 == me % 2;
+    CHECK(sc == expect, "split size %d, expected %d", sc, expect);
+    float x = 1.0f, y = 0.0f;
+    NCCLOK(ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, sub, NULL));
+    CHECK(y == (float)expect, "split allreduce %g", y);
+  }
+  handles(comm, sub);
+  ncclComm_t shrunk = (ncclComm_t)0x1;
+  int excl = 0;
+  CHECK(ncclCommShrink(comm, &excl, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT) == ncclInvalidUsage && shrunk == NULL,
+        "shrink");
+  CHECK(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT) == ncclInvalidUsage, "revoke");
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  CHECK(ncclGroupSimulateEnd(&sim) == ncclInvalidUsage, "simulate");
+  if (sub) {
+    NCCLOK(ncclCommFinalize(sub));
+    NCCLOK(ncclCommDestroy(sub));
+  }
+  NCCLOK(ncclCommFinalize(comm));
+  NCCLOK(ncclCommDestroy(comm));
+
+  /* Abort from a watchdog while this thread waits in a call its peer never makes: the last rank, in a
+   * 2-rank communicator with rank 0, which creates it and never calls. */
+  if (me == 0 || me == nRanks - 1) {
+    ncclComm_t c = NULL;
+    NCCLOK(ncclCommInitRank(&c, 2, abortId, me == 0 ? 0 : 1));
+    if (me == nRanks - 1 && c) {
+      abortComm = c;
+      pthread_t t;
+      pthread_create(&t, NULL, watchdog, NULL);
+      float x = 1.0f, y = 0.0f;
+      struct timespec t0, t1;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      ncclResult_t r = ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, c, NULL);
+      clock_gettime(CLOCK_MONOTONIC, &t1);
+      pthread_join(t, NULL);
+      double took = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+      CHECK(r != ncclSuccess, "the aborted allreduce succeeded");
+      CHECK(took < 30.0, "the aborted allreduce took %.1f s", took);
+    } else if (c) {
+      sleep(3); /* never joins: the peer's call must end by the abort */
+      ncclCommAbort(c);
+    }
+  }
+  return failures;
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1) nRanks = atoi(argv[1]);
+  if (nRanks < 2 || nRanks > MAXN) {
+    fprintf(stderr, "usage: %s [ranks 2..%d]\n", argv[0], MAXN);
+    return 2;
+  }
+  ncclUniqueId id, abortId;
+  if (ncclGetUniqueId(&id) != ncclSuccess || ncclGetUniqueId(&abortId) != ncclSuccess) return 1;
+  pid_t pid[MAXN];
+  for (int r = 0; r < nRanks; r++) {
+    fflush(NULL);
+    if ((pid[r] = fork()) == 0) {
+      me = r;
+      alarm(120); /* a hang is a failure, not a stuck CI job */
+      _exit(rankMain(id, abortId) ? 1 : 0);
+    }
+  }
+  int bad = 0;
+  for (int r = 0; r < nRanks; r++) {
+    int st = 0;
+    waitpid(pid[r], &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      fprintf(stderr, "test_nccl_dropin: rank %d ended with status 0x%x\n", r, st);
+      bad = 1;
+    }
+  }
+  printf("test_nccl_dropin: %d ranks: %s\n", nRanks, bad ? "FAIL" : "PASS");
+  return bad;
+}
