@@ -9,7 +9,10 @@
  *  - register/deregister and window handles: a foreign handle is refused;
  *  - ncclCommShrink, ncclCommRevoke, ncclGroupSimulateEnd: ncclInvalidUsage (documented as not provided);
  *  - ncclCommAbort from a watchdog thread while this thread waits in an allreduce nobody else joins
- *    (the last rank only; the others have finished): the call returns an error instead of hanging.
+ *    (the last rank only; the others have finished): the call returns an error instead of hanging;
+ *  - one more process, as nccl-tests does it: two communicators created from one thread inside
+ *    ncclGroupStart/End, an allreduce over both in one group; then a non-blocking communicator
+ *    (config.blocking = 0) of 2 ranks made the same way, polled with ncclCommGetAsyncError.
  * Exit 0 when every check passed. SPDX-License-Identifier: Apache-2.0 */
 #include <pthread.h>
 #include <signal.h>
@@ -207,25 +210,73 @@ static int rankMain(ncclUniqueId id, ncclUniqueId abortId) {
   return failures;
 }
 
+/* Two ranks driven by one thread, as nccl-tests does: init in a group, a collective on both in a group. */
+static int oneThreadMain(ncclUniqueId id, ncclUniqueId nbId) {
+  ncclComm_t c[2] = {NULL, NULL};
+  NCCLOK(ncclGroupStart());
+  for (int r = 0; r < 2; r++) NCCLOK(ncclCommInitRank(&c[r], 2, id, r));
+  NCCLOK(ncclGroupEnd());
+  CHECK(c[0] && c[1], "group init gave no communicators");
+  float x[2] = {1.0f, 2.0f}, y[2] = {0, 0};
+  NCCLOK(ncclGroupStart());
+  for (int r = 0; r < 2; r++) NCCLOK(ncclAllReduce(&x[r], &y[r], 1, ncclFloat, ncclSum, c[r], NULL));
+  NCCLOK(ncclGroupEnd());
+  CHECK(y[0] == 3.0f && y[1] == 3.0f, "one-thread allreduce %g %g", y[0], y[1]);
+  for (int r = 0; r < 2; r++) NCCLOK(ncclCommDestroy(c[r]));
+  /* Non-blocking: init returns at once (ncclSuccess or ncclInProgress); poll until it is done. */
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  NCCLOK(ncclGroupStart());
+  for (int r = 0; r < 2; r++) {
+    ncclResult_t res = ncclCommInitRankConfig(&c[r], 2, nbId, r, &cfg);
+    CHECK(res == ncclSuccess || res == ncclInProgress, "non-blocking init returned %d", (int)res);
+  }
+  ncclResult_t gres = ncclGroupEnd();
+  CHECK(gres == ncclSuccess || gres == ncclInProgress, "non-blocking group end returned %d", (int)gres);
+  for (int r = 0; r < 2; r++) {
+    ncclResult_t st = ncclInProgress;
+    for (int i = 0; i < 30000 && st == ncclInProgress; i++) {
+      if (ncclCommGetAsyncError(c[r], &st) != ncclSuccess) break;
+      if (st == ncclInProgress) usleep(1000);
+    }
+    CHECK(st == ncclSuccess, "non-blocking rank %d ended in %d", r, (int)st);
+  }
+  for (int r = 0; r < 2; r++) NCCLOK(ncclCommDestroy(c[r]));
+  return failures;
+}
+
 int main(int argc, char** argv) {
   if (argc > 1) nRanks = atoi(argv[1]);
   if (nRanks < 2 || nRanks > MAXN) {
     fprintf(stderr, "usage: %s [ranks 2..%d]\n", argv[0], MAXN);
     return 2;
   }
-  ncclUniqueId id, abortId;
-  if (ncclGetUniqueId(&id) != ncclSuccess || ncclGetUniqueId(&abortId) != ncclSuccess) return 1;
-  pid_t pid[MAXN];
-  for (int r = 0; r < nRanks; r++) {
+  /* Fork first, then make the ids and send them down pipes: the parent has no library thread running when
+   * it forks (a child of a threaded parent may inherit a lock held by a thread it does not have). */
+  pid_t pid[MAXN + 1];
+  int fds[MAXN + 1][2];
+  for (int r = 0; r <= nRanks; r++) {
     fflush(NULL);
-    if ((pid[r] = fork()) == 0) {
+    if (pipe(fds[r]) != 0 || (pid[r] = fork()) < 0) return 2;
+    if (pid[r] == 0) {
       me = r;
       alarm(120); /* a hang is a failure, not a stuck CI job */
-      _exit(rankMain(id, abortId) ? 1 : 0);
+      close(fds[r][1]);
+      ncclUniqueId ids[4];
+      if (read(fds[r][0], ids, sizeof(ids)) != (ssize_t)sizeof(ids)) _exit(3);
+      _exit((r < nRanks ? rankMain(ids[0], ids[1]) : oneThreadMain(ids[2], ids[3])) ? 1 : 0);
     }
+    close(fds[r][0]);
   }
-  int bad = 0;
-  for (int r = 0; r < nRanks; r++) {
+  ncclUniqueId ids[4];
+  int idsOk = 1;
+  for (int k = 0; k < 4; k++) idsOk &= ncclGetUniqueId(&ids[k]) == ncclSuccess;
+  for (int r = 0; r <= nRanks; r++) {
+    if (!idsOk || write(fds[r][1], ids, sizeof(ids)) != (ssize_t)sizeof(ids)) kill(pid[r], SIGKILL);
+    close(fds[r][1]);
+  }
+  int bad = !idsOk;
+  for (int r = 0; r <= nRanks; r++) {
     int st = 0;
     waitpid(pid[r], &st, 0);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
