@@ -119,6 +119,14 @@ commResult_t commInitRankConfig(comm_t* comm, int nranks, commUniqueId commId, i
 /* ndev ranks in this process; devlist may be NULL (devices 0..ndev-1, or host-only ranks). */
 commResult_t commInitAll(comm_t* comms, int ndev, const int* devlist);
 commResult_t commSplit(comm_t comm, int color, int key, comm_t* newcomm, commConfig_t* config);
+/* A new communicator of every rank of comm but the nExclude listed (e.g. failed ones), in their order; only
+ * the survivors call it (the excluded ranks take no part, and may be gone). flags: COMM_SHRINK_DEFAULT
+ * (COMM_SHRINK_ABORT, which would first end the parent's operations, is commInvalidUsage: end them first).
+ * config NULL: the parent's blocking mode and timeout. */
+#define COMM_SHRINK_DEFAULT 0x00
+#define COMM_SHRINK_ABORT 0x01
+commResult_t commShrink(comm_t comm, const int* excludeRanks, int nExclude, comm_t* newcomm, commConfig_t* config,
+                        int flags);
 commResult_t commFinalize(comm_t comm);
 commResult_t commDestroy(comm_t comm);
 commResult_t commAbort(comm_t comm);

@@ -4,7 +4,8 @@
  * libcomm's timeout result (NCCL has none: a peer that stopped answering is ncclRemoteError), gather and
  * scatter (grouped send/recv, as NCCL builds them), the in-place ncclBcast, buffer and window registration
  * (accepted: libcomm registers on first use; the handles are checked), ncclMemAlloc (CUDA driver memory).
- * What libcomm does not provide returns ncclInvalidUsage with a WARN saying so. Every function is defined
+ * What libcomm does not provide returns ncclInvalidUsage with a WARN saying so (ncclCommRevoke,
+ * ncclGroupSimulateEnd, ncclCommShrink's NCCL_SHRINK_ABORT). Every function is defined
  * as pncclX, with ncclX a weak alias, as NCCL's profiling interface expects. Only nccl* and pnccl* symbols
  * leave the library (libnccl.map). SPDX-License-Identifier: Apache-2.0 */
 #include "nccl.h"
@@ -139,11 +140,12 @@ EXPORT ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm
 }
 EXPORT ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
                                     ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
-  (void)comm, (void)excludeRanksList, (void)excludeRanksCount, (void)config, (void)shrinkFlags;
-  if (newcomm) *newcomm = NULL;
-  WARN("ncclCommShrink: libcomm does not provide communicator shrinking yet (use ncclCommSplit with every "
-       "surviving rank, or create a new communicator)");
-  return ncclInvalidUsage;
+  commConfig_t c;
+  ncclResult_t r = toCommConfig(config, &c, "ncclCommShrink");
+  if (r != ncclSuccess) return r;
+  /* Unknown NCCL flags become an unknown libcomm flag, which commShrink refuses with its WARN. */
+  int flags = (shrinkFlags & NCCL_SHRINK_ABORT ? COMM_SHRINK_ABORT : 0) | (shrinkFlags & ~NCCL_SHRINK_ABORT ? 0x100 : 0);
+  return R(commShrink(C(comm), excludeRanksList, excludeRanksCount, (comm_t*)newcomm, config ? &c : NULL, flags));
 }
 EXPORT ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   (void)comm, (void)revokeFlags;

@@ -22,6 +22,7 @@
 #define COMM_DEFAULT_ONESHOT_MAX (256 << 10)
 /* Bootstrap tags used by the core (transports use small non-negative tags). */
 #define COMM_TAG_SPLIT 0x20000000 /* transports use 0x40000000 and up */
+#define COMM_TAG_SHRINK 0x30000000 /* one tag: survivors' op counters may differ after a failure */
 
 /* ---- Registry of live communicators: handles are checked against it, so a destroyed handle is an error
  * and never a read of freed memory. ---- */
@@ -83,7 +84,9 @@ static commResult_t noteFailure(comm_t comm, commResult_t res) {
   return res;
 }
 
-commResult_t commApiEnter(comm_t comm, const char* api) {
+/* commApiEnter; allowError: an earlier asynchronous error does not refuse the call (commShrink, whose purpose
+ * is to go on after a failure). */
+static commResult_t apiEnter(comm_t comm, const char* api, int allowError) {
   commLogClearLastWarn();
   pthread_mutex_lock(&registryLock);
   commResult_t res = checkLiveLocked(comm, api);
@@ -102,7 +105,7 @@ commResult_t commApiEnter(comm_t comm, const char* api) {
   } else if (commAborted(comm)) {
     WARN("%s: communicator was aborted", api);
     res = commInvalidUsage;
-  } else {
+  } else if (!allowError) {
     int err = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
     if (err != commSuccess && err != commInProgress) {
       WARN("%s: communicator has an earlier error (%s: %s); abort or destroy it", api,
@@ -113,6 +116,7 @@ commResult_t commApiEnter(comm_t comm, const char* api) {
   if (res != commSuccess) commApiLeave(comm);
   return res;
 }
+commResult_t commApiEnter(comm_t comm, const char* api) { return apiEnter(comm, api, 0); }
 
 void commApiLeave(comm_t comm) {
   const char* w = commLogLastWarn();
@@ -669,6 +673,81 @@ out:
   if (color == COMM_SPLIT_NOCOLOR && res == commSuccess) comm->opCount++;
   free(all);
   free(members);
+  commApiLeave(comm);
+  return res;
+}
+
+/* ---- Shrink ---- */
+static int intCompare(const void* a, const void* b) {
+  int x = *(const int*)a, y = *(const int*)b;
+  return (x > y) - (x < y);
+}
+
+COMM_API commResult_t commShrink(comm_t comm, const int* excludeRanks, int nExclude, comm_t* newcomm,
+                                 commConfig_t* config, int flags) {
+  COMMCHECK(apiEnter(comm, "commShrink", 1)); /* after a failure too: that is what it is for */
+  commResult_t res = commSuccess;
+  int* excl = NULL;
+  int* survivors = NULL;
+  if (newcomm == NULL || (nExclude > 0 && excludeRanks == NULL) || nExclude < 0 || nExclude >= comm->nRanks ||
+      (flags & ~COMM_SHRINK_ABORT)) {
+    WARN("commShrink: newcomm %p, %d excluded ranks at %p of %d, flags 0x%x", (void*)newcomm, nExclude,
+         (const void*)excludeRanks, comm->nRanks, (unsigned)flags);
+    res = commInvalidArgument;
+    goto out;
+  }
+  *newcomm = NULL;
+  if (flags & COMM_SHRINK_ABORT) {
+    WARN("commShrink: COMM_SHRINK_ABORT is not provided: end the parent's operations first (they fail with an "
+         "error once the excluded ranks stop answering), then shrink");
+    res = commInvalidUsage;
+    goto out;
+  }
+  COMMCHECKGOTO(checkConfig(config), res, out);
+  COMMCHECKGOTO(commCalloc(&excl, (size_t)(nExclude > 0 ? nExclude : 1), sizeof(int)), res, out);
+  if (nExclude > 0) memcpy(excl, excludeRanks, (size_t)nExclude * sizeof(int));
+  qsort(excl, (size_t)nExclude, sizeof(int), intCompare);
+  for (int i = 0; i < nExclude; i++) {
+    if (excl[i] < 0 || excl[i] >= comm->nRanks || (i > 0 && excl[i] == excl[i - 1]) || excl[i] == comm->rank) {
+      WARN("commShrink: excluded rank %d is %s", excl[i],
+           excl[i] == comm->rank ? "this rank (excluded ranks do not call commShrink)"
+           : excl[i] < 0 || excl[i] >= comm->nRanks ? "out of range" : "listed twice");
+      res = commInvalidArgument;
+      goto out;
+    }
+  }
+  /* Survivors keep their order; the first one makes the new id and sends it to the others over the
+   * parent's bootstrap, point to point: the excluded ranks (perhaps dead) take no part. */
+  int n = 0, newRank = -1;
+  COMMCHECKGOTO(commCalloc(&survivors, (size_t)comm->nRanks, sizeof(int)), res, out);
+  for (int r = 0, e = 0; r < comm->nRanks; r++) {
+    if (e < nExclude && excl[e] == r) {
+      e++;
+      continue;
+    }
+    if (r == comm->rank) newRank = n;
+    survivors[n++] = r;
+  }
+  commUniqueId id;
+  if (newRank == 0) {
+    COMMCHECKGOTO(bootstrapGetUniqueId(&id), res, out);
+    for (int i = 1; i < n; i++)
+      COMMCHECKGOTO(bootstrapSend(comm->bootstrap, survivors[i], COMM_TAG_SHRINK, &id, sizeof(id)), res, out);
+  } else {
+    COMMCHECKGOTO(bootstrapRecv(comm->bootstrap, survivors[0], COMM_TAG_SHRINK, &id, sizeof(id)), res, out);
+  }
+  commConfig_t childConfig = COMM_CONFIG_INITIALIZER;
+  if (config == NULL) {
+    childConfig.blocking = comm->blocking;
+    childConfig.timeoutMs = (int)COMM_MIN(comm->timeoutMs, INT32_MAX);
+    config = &childConfig;
+  }
+  res = commInitRankConfig(newcomm, n, id, newRank, config);
+  if (res == commSuccess || res == commInProgress)
+    INFO(COMM_INIT, "commShrink: rank %d -> rank %d of %d (%d excluded)", comm->rank, newRank, n, nExclude);
+out:
+  free(excl);
+  free(survivors);
   commApiLeave(comm);
   return res;
 }

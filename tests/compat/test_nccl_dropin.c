@@ -7,7 +7,9 @@
  *  - a config struct of an older, smaller size (up to splitShare) is accepted; a bad magic is refused;
  *  - ncclCommSplit into even and odd ranks, rank 0 passing NCCL_SPLIT_NOCOLOR (gets NULL);
  *  - register/deregister and window handles: a foreign handle is refused;
- *  - ncclCommShrink, ncclCommRevoke, ncclGroupSimulateEnd: ncclInvalidUsage (documented as not provided);
+ *  - ncclCommShrink excluding the last rank, which does not call it (as a failed rank would not): the
+ *    survivors' new communicator allreduces right; the last rank excluding itself is refused, and so is
+ *    NCCL_SHRINK_ABORT; ncclCommRevoke, ncclGroupSimulateEnd: ncclInvalidUsage (not provided);
  *  - ncclCommAbort from a watchdog thread while this thread waits in an allreduce nobody else joins
  *    (the last rank only; the others have finished): the call returns an error instead of hanging;
  *  - one more process, as nccl-tests does it: two communicators created from one thread inside
@@ -170,10 +172,23 @@ static int rankMain(ncclUniqueId id, ncclUniqueId abortId) {
     CHECK(y == (float)expect, "split allreduce %g", y);
   }
   handles(comm, sub);
-  ncclComm_t shrunk = (ncclComm_t)0x1;
-  int excl = 0;
-  CHECK(ncclCommShrink(comm, &excl, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT) == ncclInvalidUsage && shrunk == NULL,
-        "shrink");
+  ncclComm_t shrunk = NULL;
+  int excl = nRanks - 1;
+  if (me == nRanks - 1) {
+    CHECK(ncclCommShrink(comm, &excl, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument && !shrunk,
+          "excluding itself");
+  } else {
+    CHECK(ncclCommShrink(comm, &excl, 1, &shrunk, NULL, NCCL_SHRINK_ABORT) == ncclInvalidUsage, "SHRINK_ABORT");
+    NCCLOK(ncclCommShrink(comm, &excl, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT));
+    int sc = 0, sr = -1;
+    NCCLOK(ncclCommCount(shrunk, &sc));
+    NCCLOK(ncclCommUserRank(shrunk, &sr));
+    CHECK(sc == nRanks - 1 && sr == me, "shrunk: %d ranks, rank %d", sc, sr);
+    float x = (float)(me + 1), y = 0.0f;
+    NCCLOK(ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, shrunk, NULL));
+    CHECK(y == (float)(nRanks - 1) * nRanks / 2, "shrunk allreduce %g", y);
+    NCCLOK(ncclCommDestroy(shrunk));
+  }
   CHECK(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT) == ncclInvalidUsage, "revoke");
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   CHECK(ncclGroupSimulateEnd(&sim) == ncclInvalidUsage, "simulate");
