@@ -35,7 +35,8 @@ TESTS=("tests/test_gpu_reduce" "tests/test_gpu_comm_device" "tests/test_gpu_coll
        "tests/test_gpu_coll -g 2 -p 2" "tests/test_gpu_coll -q -g 4 -p 4" "tests/test_gpu_coll -q -g 8 -p 8"
        "COMM_DEV_LL_MAX=1048576 tests/test_gpu_coll -q -g 8 -n 8"
        "COMM_DEV_LL_MAX=1048576 tests/test_gpu_coll -g 4 -n 4" "COMM_DEV_LL_MAX=4096 tests/test_gpu_comm_device"
-       "COMM_DEV_LL_MAX=4096 COMM_DEV_LL_BATCH=0 tests/test_gpu_coll -q -g 4 -n 4")
+       "COMM_DEV_LL_MAX=4096 COMM_DEV_LL_BATCH=0 tests/test_gpu_coll -q -g 4 -n 4"
+       "tests/gpu/torch_dropin.sh 2")
 # compute-sanitizer runs on a representative subset: memcheck on these, racecheck (shared memory) too. It
 # runs the kernels of one process one at a time, so ranks that wait on each other are processes here.
 SANITIZED=("tests/test_gpu_coll -q -n 1" "tests/test_gpu_coll -q -p 2")
@@ -50,6 +51,7 @@ BENCHES=("bench/gpu_launch_bench -n 10000 -r 9" "bench/gpu_reduce_bench -s 26843
 # A case whose command is a script of the source tree (bench/*.sh) runs from here with BUILD as its first
 # argument; every other command is a binary under BUILD. @NGPUS@ stands for the number of GPUs there.
 SCRIPT_BINS=("bench/nccl_compare" "perf/allreduce_perf" "perf/allgather_perf") # what those scripts run
+SCRIPT_LIBS=("nccl_compat:compat/nccl/libnccl.so.2") # target:file, for tests/gpu/torch_dropin.sh
 
 case $MODE in
   build)
@@ -68,6 +70,9 @@ case $MODE in
       grep -qx "$(basename "$t")" <<< "$known" && bins+=("$t") || echo "run_on_gpu: no target for $t: not built"
     done
     for t in "${bins[@]}"; do targets+=(--target "$(basename "$t")"); done
+    for t in "${SCRIPT_LIBS[@]}"; do
+      grep -qx "${t%%:*}" <<< "$known" && targets+=(--target "${t%%:*}") && bins+=("${t#*:}")
+    done
     cmake --build "$BUILD" -j"$(nproc)" "${targets[@]}" || exit 1
     mkdir -p "$BUILD/lib"
     for t in "${bins[@]}"; do

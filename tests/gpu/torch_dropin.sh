@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# torch_dropin.sh BUILD_DIR [NPROC]: PyTorch's torch.distributed ("nccl" backend) on libcomm's NCCL drop-in,
+# on the GPU machine, in one call: NPROC processes (default 2; with fewer GPUs they share them), the drop-in
+# preloaded (PyTorch's RPATH would otherwise load its own libnccl.so.2), NVLink multicast off. Runs
+# tests/gpu/torch_dropin.py (every collective, send/recv, barrier, 50 DDP steps against one process).
+# Output under $OUT (when set) as torch_dropin.txt. Exit 0 when every rank passed, 77 without torch or a GPU.
+# SPDX-License-Identifier: Apache-2.0
+set -uo pipefail
+[[ $# -ge 1 && -f "$1/compat/nccl/libnccl.so.2" ]] || { echo "usage: $0 BUILD_DIR [NPROC] (BUILD_DIR/compat/nccl/libnccl.so.2)" >&2; exit 2; }
+lib=$(cd "$1/compat/nccl" && pwd)/libnccl.so.2
+nproc=${2:-2}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null || { echo "torch_dropin: SKIP (no torch with CUDA)"; exit 77; }
+log=${OUT:-/tmp}/torch_dropin.txt
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
+LD_PRELOAD="$lib" COMM_DEBUG=${COMM_DEBUG:-WARN} timeout 600 python3 -m torch.distributed.run --standalone \
+  --nproc_per_node="$nproc" "$here/torch_dropin.py" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+echo "torch_dropin: exit $rc (log $log)"
+exit "$rc"
