@@ -161,6 +161,12 @@ commResult_t commReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 /* count elements to and from each peer; buffers hold nranks * count. */
 commResult_t commAllToAll(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype,
                           comm_t comm, commStream_t stream);
+/* Every rank's count elements into the root's recvbuff (nranks * count, in rank order); the reverse for
+ * scatter (the root's sendbuff holds nranks * count). Grouped sends and receives through the root. */
+commResult_t commGather(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype, int root,
+                        comm_t comm, commStream_t stream);
+commResult_t commScatter(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype, int root,
+                         comm_t comm, commStream_t stream);
 commResult_t commSend(const void* sendbuff, size_t count, commDataType_t datatype, int peer, comm_t comm,
                       commStream_t stream);
 commResult_t commRecv(void* recvbuff, size_t count, commDataType_t datatype, int peer, comm_t comm,

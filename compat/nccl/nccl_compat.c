@@ -1,8 +1,8 @@
 /* libnccl.so.2 on libcomm: NCCL 2.28's C API (compat/nccl/nccl.h) mapped onto libcomm's (include/comm.h).
  * Handles, enum values and the unique id are the same bits on both sides, so most calls pass straight
  * through; what differs is translated here: the config struct (read only up to the caller's `size`),
- * libcomm's timeout result (NCCL has none: a peer that stopped answering is ncclRemoteError), gather and
- * scatter (grouped send/recv, as NCCL builds them), the in-place ncclBcast, buffer and window registration
+ * libcomm's timeout result (NCCL has none: a peer that stopped answering is ncclRemoteError), the in-place
+ * ncclBcast, buffer and window registration
  * (accepted: libcomm registers on first use; the handles are checked), ncclMemAlloc (CUDA driver memory).
  * What libcomm does not provide returns ncclInvalidUsage with a WARN saying so (ncclCommRevoke,
  * ncclGroupSimulateEnd, ncclCommShrink's NCCL_SHRINK_ABORT). Every function is defined
@@ -320,44 +320,13 @@ EXPORT ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   return ncclInvalidUsage;
 }
 
-/* Gather and scatter: grouped sends and receives through the root, as NCCL builds them. */
-static ncclResult_t rootedExchange(int gather, const void* sendbuff, void* recvbuff, size_t count,
-                                   ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
-  const char* fn = gather ? "ncclGather" : "ncclScatter";
-  int n = 0, me = 0;
-  if (commCount(C(comm), &n) != commSuccess || commUserRank(C(comm), &me) != commSuccess) {
-    WARN("%s: invalid communicator %p", fn, (void*)comm);
-    return ncclInvalidArgument;
-  }
-  if (root < 0 || root >= n || (int)datatype < 0 || datatype >= ncclNumTypes) {
-    WARN("%s: root %d of %d ranks, datatype %d", fn, root, n, (int)datatype);
-    return ncclInvalidArgument;
-  }
-  static const size_t typeBytes[ncclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
-  const size_t bytes = count * typeBytes[datatype];
-  commResult_t r = commGroupStart();
-  if (r != commSuccess) return R(r);
-  commResult_t first = commSuccess;
-  if (me == root) {
-    for (int p = 0; p < n && first == commSuccess; p++) {
-      if (gather) first = commRecv((char*)recvbuff + (size_t)p * bytes, count, T(datatype), p, C(comm), S(stream));
-      else first = commSend((const char*)sendbuff + (size_t)p * bytes, count, T(datatype), p, C(comm), S(stream));
-    }
-  }
-  if (first == commSuccess) {
-    if (gather) first = commSend(sendbuff, count, T(datatype), root, C(comm), S(stream));
-    else first = commRecv(recvbuff, count, T(datatype), root, C(comm), S(stream));
-  }
-  r = commGroupEnd(); /* always, so the group is closed */
-  return R(first != commSuccess ? first : r);
-}
 EXPORT ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                                 ncclComm_t comm, cudaStream_t stream) {
-  return rootedExchange(1, sendbuff, recvbuff, count, datatype, root, comm, stream);
+  return R(commGather(sendbuff, recvbuff, count, T(datatype), root, C(comm), S(stream)));
 }
 EXPORT ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                  int root, ncclComm_t comm, cudaStream_t stream) {
-  return rootedExchange(0, sendbuff, recvbuff, count, datatype, root, comm, stream);
+  return R(commScatter(sendbuff, recvbuff, count, T(datatype), root, C(comm), S(stream)));
 }
 
 /* ncclX: weak aliases of pncclX. */

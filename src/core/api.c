@@ -239,3 +239,39 @@ COMM_API commResult_t commRecv(void* recvbuff, size_t count, commDataType_t data
   static const apiDesc d = {"commRecv", commFuncSendRecv, 1, 0, 0, 0};
   return apiCall(&d, NULL, recvbuff, count, datatype, commSum, peer, comm, stream);
 }
+
+/* Gather and scatter: grouped sends and receives through the root (inside the caller's group, if any). */
+static commResult_t rootedExchange(int gather, const void* sendbuff, void* recvbuff, size_t count,
+                                   commDataType_t datatype, int root, comm_t comm, commStream_t stream) {
+  const char* api = gather ? "commGather" : "commScatter";
+  int n = 0, me = 0;
+  COMMCHECK(commCount(comm, &n));
+  COMMCHECK(commUserRank(comm, &me));
+  if (root < 0 || root >= n || (int)datatype < 0 || datatype >= commNumTypes) {
+    WARN("%s: root %d of %d ranks, datatype %d", api, root, n, (int)datatype);
+    return commInvalidArgument;
+  }
+  const size_t bytes = count * commTypeSize(datatype);
+  COMMCHECK(commGroupStart());
+  commResult_t first = commSuccess;
+  for (int p = 0; me == root && p < n && first == commSuccess; p++) {
+    if (gather) first = commRecv((char*)recvbuff + (size_t)p * bytes, count, datatype, p, comm, stream);
+    else first = commSend((const char*)sendbuff + (size_t)p * bytes, count, datatype, p, comm, stream);
+  }
+  if (first == commSuccess) {
+    if (gather) first = commSend(sendbuff, count, datatype, root, comm, stream);
+    else first = commRecv(recvbuff, count, datatype, root, comm, stream);
+  }
+  commResult_t end = commGroupEnd(); /* always, so the group is closed */
+  return first != commSuccess ? first : end;
+}
+
+COMM_API commResult_t commGather(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype,
+                                 int root, comm_t comm, commStream_t stream) {
+  return rootedExchange(1, sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+
+COMM_API commResult_t commScatter(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype,
+                                  int root, comm_t comm, commStream_t stream) {
+  return rootedExchange(0, sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
