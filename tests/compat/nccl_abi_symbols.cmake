@@ -1,8 +1,20 @@
 # ctest compat.nccl_abi_symbols: cmake -DHEADER=<toolkit nccl.h> -DLIB=<libnccl.so.2> -P nccl_abi_symbols.cmake
-# Every function the toolkit's nccl.h declares (nccl* and pncclx*) must be exported by the drop-in.
+# Every function the toolkit's nccl.h declares (nccl* and pnccl*), and the host functions of its device API
+# (nccl_device/*.h), must be exported by the drop-in.
 # SPDX-License-Identifier: Apache-2.0
 file(READ ${HEADER} text)
 string(REGEX MATCHALL "[ *]p?nccl[A-Z][A-Za-z]*\\(" decls "${text}")
+# The device API's host functions (nccl_device/*.h: NCCL_EXTERN_C __host__ ...) too.
+get_filename_component(dir ${HEADER} DIRECTORY)
+file(GLOB devHeaders ${dir}/nccl_device/*.h)
+foreach(h ${devHeaders})
+  file(READ ${h} dtext)
+  string(REGEX MATCHALL "__host__ [A-Za-z_]+ nccl[A-Za-z0-9]*\\(" ddecls "${dtext}")
+  foreach(d ${ddecls})
+    string(REGEX REPLACE "^__host__ [A-Za-z_]+ " " " d "${d}")
+    list(APPEND decls "${d}")
+  endforeach()
+endforeach()
 execute_process(COMMAND nm -D --defined-only ${LIB} OUTPUT_VARIABLE syms RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "nm -D ${LIB} failed")

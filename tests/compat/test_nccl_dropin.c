@@ -9,7 +9,8 @@
  *  - register/deregister and window handles: a foreign handle is refused;
  *  - ncclCommShrink excluding the last rank, which does not call it (as a failed rank would not): the
  *    survivors' new communicator allreduces right; the last rank excluding itself is refused, and so is
- *    NCCL_SHRINK_ABORT; ncclCommRevoke, ncclGroupSimulateEnd: ncclInvalidUsage (not provided);
+ *    NCCL_SHRINK_ABORT; ncclCommRevoke, ncclGroupSimulateEnd, the device API's ncclDevCommCreate:
+ *    ncclInvalidUsage (not provided); ncclTeamWorld is the world team;
  *  - ncclCommAbort from a watchdog thread while this thread waits in an allreduce nobody else joins
  *    (the last rank only; the others have finished): the call returns an error instead of hanging;
  *  - one more process, as nccl-tests does it: two communicators created from one thread inside
@@ -27,6 +28,14 @@
 #include <unistd.h>
 
 #include "nccl.h"
+
+/* Host functions of NCCL's device API (nccl_device.h, C++/CUDA), declared here as a C client sees them. */
+typedef struct {
+  int nRanks, rank, stride;
+} teamT;
+ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void* reqs, void* outDevComm);
+teamT ncclTeamWorld(ncclComm_t comm);
+int ncclTeamRankToWorld(ncclComm_t comm, teamT team, int rank);
 
 #define MAXN 16
 static int nRanks = 3, me = -1, failures;
@@ -190,6 +199,12 @@ static int rankMain(ncclUniqueId id, ncclUniqueId abortId) {
     NCCLOK(ncclCommDestroy(shrunk));
   }
   CHECK(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT) == ncclInvalidUsage, "revoke");
+  char devComm[256];
+  CHECK(ncclDevCommCreate(comm, devComm, devComm) == ncclInvalidUsage, "the device API is not provided");
+  teamT world = ncclTeamWorld(comm);
+  CHECK(world.nRanks == nRanks && world.rank == me && world.stride == 1, "world team %d %d %d", world.nRanks,
+        world.rank, world.stride);
+  CHECK(ncclTeamRankToWorld(comm, world, nRanks - 1) == nRanks - 1, "team rank to world");
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   CHECK(ncclGroupSimulateEnd(&sim) == ncclInvalidUsage, "simulate");
   if (sub) {
