@@ -178,6 +178,10 @@ commResult_t commRecv(void* recvbuff, size_t count, commDataType_t datatype, int
  * several communicators whose ranks wait on each other; *newcomm is written at commGroupEnd. */
 commResult_t commGroupStart(void);
 commResult_t commGroupEnd(void);
+/* Ends the outermost group without running it: *estimatedUs gets the tuner's predicted time of its
+ * collectives (send/recv count as 0), and the calls are dropped. commInvalidUsage (the group stays open) when
+ * it is not the outermost one or it creates, splits or finalizes communicators. */
+commResult_t commGroupSimulateEnd(float* estimatedUs);
 
 #ifdef __cplusplus
 }

@@ -5,7 +5,7 @@
  * ncclBcast, buffer and window registration
  * (accepted: libcomm registers on first use; the handles are checked), ncclMemAlloc (CUDA driver memory).
  * What libcomm does not provide returns ncclInvalidUsage with a WARN saying so (ncclCommRevoke,
- * ncclGroupSimulateEnd, ncclCommShrink's NCCL_SHRINK_ABORT). Every function is defined
+ * ncclCommShrink's NCCL_SHRINK_ABORT, the device API). Every function is defined
  * as pncclX, with ncclX a weak alias, as NCCL's profiling interface expects. Only nccl* and pnccl* symbols
  * leave the library (libnccl.map). SPDX-License-Identifier: Apache-2.0 */
 #include "nccl.h"
@@ -315,9 +315,15 @@ EXPORT ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datat
 EXPORT ncclResult_t pncclGroupStart(void) { return R(commGroupStart()); }
 EXPORT ncclResult_t pncclGroupEnd(void) { return R(commGroupEnd()); }
 EXPORT ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
-  (void)simInfo;
-  WARN("ncclGroupSimulateEnd: libcomm does not simulate groups; end the group with ncclGroupEnd");
-  return ncclInvalidUsage;
+  if (simInfo != NULL && (simInfo->magic != 0x74685283u ||
+                          simInfo->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float))) {
+    WARN("ncclGroupSimulateEnd: simInfo is not initialised with NCCL_SIM_INFO_INITIALIZER");
+    return ncclInvalidArgument;
+  }
+  float us = 0;
+  ncclResult_t r = R(commGroupSimulateEnd(&us));
+  if (r == ncclSuccess && simInfo) simInfo->estimatedTime = us;
+  return r;
 }
 
 EXPORT ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,

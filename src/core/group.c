@@ -8,6 +8,7 @@
 #include "enqueue.h"
 #include "exec.h"
 #include "exec_dev.h"
+#include "tune.h"
 #include "utils.h"
 
 static __thread int groupDepth;
@@ -126,6 +127,32 @@ COMM_API commResult_t commGroupEnd(void) {
     jobs = next;
   }
   return res;
+}
+
+COMM_API commResult_t commGroupSimulateEnd(float* estimatedUs) {
+  commLogClearLastWarn();
+  if (groupDepth != 1 || groupJobs != NULL) {
+    WARN("commGroupSimulateEnd: %s", groupDepth == 0 ? "no matching commGroupStart"
+                                     : groupDepth > 1 ? "not the outermost group: end the inner ones first"
+                                                      : "the group creates, splits or finalizes communicators: end "
+                                                        "it with commGroupEnd");
+    return commInvalidUsage;
+  }
+  /* The tuner's prediction for each collective (what it would choose), summed; nothing runs. */
+  double us = 0;
+  commResult_t res = commSuccess;
+  for (commTask* t = groupHead; t && res == commSuccess; t = t->next) {
+    if (t->kind != COMM_TASK_COLL) continue;
+    commTuneChoice c;
+    res = commTuneChoose(t->comm, t->func, t->count, commTypeSize(t->dtype), &c);
+    if (res == commSuccess) us += c.predictedUs;
+  }
+  if (res != commSuccess) return res; /* the group stays open: end it with commGroupEnd */
+  freeTasks(groupHead);
+  groupHead = groupTail = NULL;
+  groupDepth = 0;
+  if (estimatedUs) *estimatedUs = (float)us;
+  return commSuccess;
 }
 
 /* Per-communicator arrays of runTasks: on the stack for up to this many tasks (every call outside a group

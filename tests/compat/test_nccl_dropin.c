@@ -9,8 +9,8 @@
  *  - register/deregister and window handles: a foreign handle is refused;
  *  - ncclCommShrink excluding the last rank, which does not call it (as a failed rank would not): the
  *    survivors' new communicator allreduces right; the last rank excluding itself is refused, and so is
- *    NCCL_SHRINK_ABORT; ncclCommRevoke, ncclGroupSimulateEnd, the device API's ncclDevCommCreate:
- *    ncclInvalidUsage (not provided); ncclTeamWorld is the world team;
+ *    NCCL_SHRINK_ABORT; ncclCommRevoke, the device API's ncclDevCommCreate: ncclInvalidUsage (not
+ *    provided); ncclTeamWorld is the world team; ncclGroupSimulateEnd estimates a group without running it;
  *  - ncclCommAbort from a watchdog thread while this thread waits in an allreduce nobody else joins
  *    (the last rank only; the others have finished): the call returns an error instead of hanging;
  *  - one more process, as nccl-tests does it: two communicators created from one thread inside
@@ -205,8 +205,21 @@ static int rankMain(ncclUniqueId id, ncclUniqueId abortId) {
   CHECK(world.nRanks == nRanks && world.rank == me && world.stride == 1, "world team %d %d %d", world.nRanks,
         world.rank, world.stride);
   CHECK(ncclTeamRankToWorld(comm, world, nRanks - 1) == nRanks - 1, "team rank to world");
+  /* Simulated group: an estimate, and nothing runs (the receive buffer keeps its value; no peer waits). */
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
-  CHECK(ncclGroupSimulateEnd(&sim) == ncclInvalidUsage, "simulate");
+  float sx[64], sy[64];
+  for (int i = 0; i < 64; i++) sx[i] = 1.0f, sy[i] = -1.0f;
+  NCCLOK(ncclGroupStart());
+  NCCLOK(ncclAllReduce(sx, sy, 64, ncclFloat, ncclSum, comm, NULL));
+  NCCLOK(ncclAllGather(sx, sy, 16, ncclFloat, comm, NULL));
+  NCCLOK(ncclGroupSimulateEnd(&sim));
+  CHECK(sim.estimatedTime > 0.0f && sy[0] == -1.0f, "simulated group: %g us, recvbuff %g", sim.estimatedTime,
+        sy[0]);
+  NCCLOK(ncclGroupStart());
+  NCCLOK(ncclGroupStart());
+  CHECK(ncclGroupSimulateEnd(&sim) == ncclInvalidUsage, "simulating an inner group");
+  NCCLOK(ncclGroupEnd());
+  NCCLOK(ncclGroupEnd());
   if (sub) {
     NCCLOK(ncclCommFinalize(sub));
     NCCLOK(ncclCommDestroy(sub));
