@@ -4,7 +4,8 @@
 # "threads" on the runs whose ranks are threads of one process (the optional ThreadSanitizer pass).
 set(COMM_IT_DIR ${CMAKE_CURRENT_SOURCE_DIR}/integration)
 
-foreach(prog mp_colls test_args test_faults test_group_init test_sender_leaves test_p2p_split test_net_name)
+foreach(prog mp_colls test_args test_faults test_group_init test_sender_leaves test_p2p_split test_net_name
+             test_shrink_gather)
   add_executable(${prog} ${COMM_IT_DIR}/${prog}.c)
   target_include_directories(${prog} PRIVATE ${COMM_IT_DIR})
   target_link_libraries(${prog} PRIVATE comm Threads::Threads m)
@@ -83,6 +84,9 @@ comm_it_test(topo_check COMMAND ${COMM_IT_DIR}/topo_check.sh $<TARGET_FILE:mp_co
 # Point-to-point over sockets where one rank of a pair makes both directions in one round and the other in
 # two: connections are paired only when both sides do.
 comm_it_test(test_p2p_split COMMAND test_p2p_split LABELS "mp;net")
+
+# commGather, commScatter, commGroupSimulateEnd, and commShrink after a rank has left.
+comm_it_test(test_shrink_gather COMMAND test_shrink_gather LABELS "mp;faults")
 
 # commConfig_t.netName picks the built-in network (IB over the in-process fake device, or Socket).
 comm_it_test(net_name.ib COMMAND test_net_name IB ENV "COMM_IB_FAKE=1" LABELS "net;threads")
