@@ -137,6 +137,10 @@ commResult_t commCount(const comm_t comm, int* count);
 commResult_t commUserRank(const comm_t comm, int* rank);
 /* CUDA device of the communicator, or -1 for a host-only communicator. */
 commResult_t commCuDevice(const comm_t comm, int* device);
+/* Buffer registration, as NCCL's: libcomm registers buffers with its transports on first use and caches
+ * that, so these only hand out a handle; commDeregister refuses a handle this communicator did not give. */
+commResult_t commRegister(const comm_t comm, void* buff, size_t size, void** handle);
+commResult_t commDeregister(const comm_t comm, void* handle);
 
 /* Reduction operators */
 commResult_t commRedOpCreatePreMulSum(commRedOp_t* op, void* scalar, commDataType_t datatype,

@@ -2,11 +2,10 @@
  * Handles, enum values and the unique id are the same bits on both sides, so most calls pass straight
  * through; what differs is translated here: the config struct (read only up to the caller's `size`),
  * libcomm's timeout result (NCCL has none: a peer that stopped answering is ncclRemoteError), the in-place
- * ncclBcast, buffer and window registration
- * (accepted: libcomm registers on first use; the handles are checked), ncclMemAlloc (CUDA driver memory).
- * What libcomm does not provide returns ncclInvalidUsage with a WARN saying so (ncclCommRevoke,
- * ncclCommShrink's NCCL_SHRINK_ABORT, the device API). Every function is defined
- * as pncclX, with ncclX a weak alias, as NCCL's profiling interface expects. Only nccl* and pnccl* symbols
+ * ncclBcast, windows (registrations whose flags are checked here), ncclMemAlloc (CUDA driver memory). What
+ * libcomm does not provide returns ncclInvalidUsage with a WARN saying so (ncclCommRevoke, ncclCommShrink's
+ * NCCL_SHRINK_ABORT, the device API). Every function is defined as pncclX, with ncclX a weak alias, as
+ * NCCL's profiling interface expects. Only nccl* and pnccl* symbols
  * leave the library (libnccl.map). SPDX-License-Identifier: Apache-2.0 */
 #include "nccl.h"
 
@@ -160,56 +159,12 @@ EXPORT ncclResult_t pncclCommUserRank(const ncclComm_t comm, int* rank) { return
 
 /* ---------------------------------------------------------------- registration */
 
-/* Registration and windows: libcomm registers buffers with its transports on first use, so these only hand
- * out handles, which deregistration checks (a wrong or foreign handle is ncclInvalidArgument). */
-#define REG_MAGIC 0x7265676eu
-#define WIN_MAGIC 0x77696e64u
-typedef struct {
-  uint32_t magic;
-  ncclComm_t comm;
-  void* buff;
-  size_t size;
-} regHandle;
-
-static ncclResult_t newHandle(ncclComm_t comm, void* buff, size_t size, uint32_t magic, const char* fn,
-                              regHandle** out) {
-  int n = 0;
-  if (commCount(C(comm), &n) != commSuccess) {
-    WARN("%s: invalid communicator %p", fn, (void*)comm);
-    return ncclInvalidArgument;
-  }
-  if (buff == NULL && size > 0) {
-    WARN("%s: NULL buffer of %zu bytes", fn, size);
-    return ncclInvalidArgument;
-  }
-  regHandle* h = (regHandle*)calloc(1, sizeof(*h));
-  if (h == NULL) return ncclSystemError;
-  *h = (regHandle){magic, comm, buff, size};
-  *out = h;
-  return ncclSuccess;
-}
-static ncclResult_t freeHandle(ncclComm_t comm, void* handle, uint32_t magic, const char* fn) {
-  regHandle* h = (regHandle*)handle;
-  if (h == NULL || h->magic != magic || h->comm != comm) {
-    WARN("%s: %p is not a handle this communicator gave out", fn, handle);
-    return ncclInvalidArgument;
-  }
-  h->magic = 0;
-  free(h);
-  return ncclSuccess;
-}
+/* Registration and windows: libcomm's handles (windows are registrations with flags checked here). */
 EXPORT ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
-  if (handle == NULL) {
-    WARN("ncclCommRegister: handle is NULL");
-    return ncclInvalidArgument;
-  }
-  regHandle* h = NULL;
-  ncclResult_t r = newHandle(comm, buff, size, REG_MAGIC, "ncclCommRegister", &h);
-  *handle = h;
-  return r;
+  return R(commRegister(C(comm), buff, size, handle));
 }
 EXPORT ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
-  return freeHandle(comm, handle, REG_MAGIC, "ncclCommDeregister");
+  return R(commDeregister(C(comm), handle));
 }
 EXPORT ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
                                             int winFlags) {
@@ -217,13 +172,10 @@ EXPORT ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t 
     WARN("ncclCommWindowRegister: %s", win == NULL ? "win is NULL" : "unknown window flags");
     return ncclInvalidArgument;
   }
-  regHandle* h = NULL;
-  ncclResult_t r = newHandle(comm, buff, size, WIN_MAGIC, "ncclCommWindowRegister", &h);
-  *win = (ncclWindow_t)h;
-  return r;
+  return R(commRegister(C(comm), buff, size, (void**)win));
 }
 EXPORT ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
-  return freeHandle(comm, win, WIN_MAGIC, "ncclCommWindowDeregister");
+  return R(commDeregister(C(comm), (void*)win));
 }
 
 /* ncclMemAlloc/Free: device memory of the current CUDA context, from the driver (loaded at run time). */

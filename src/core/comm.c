@@ -752,6 +752,48 @@ out:
   return res;
 }
 
+/* ---- Buffer registration ---- */
+/* libcomm registers buffers with its transports on first use (and caches the registration), so an explicit
+ * registration only hands out a handle, which deregistration checks: it must come from this communicator
+ * and not have been deregistered. */
+#define COMM_REG_MAGIC 0x7265676eu
+typedef struct {
+  uint32_t magic;
+  comm_t comm;
+  void* buff;
+  size_t size;
+} commRegHandle;
+
+COMM_API commResult_t commRegister(const comm_t comm, void* buff, size_t size, void** handle) {
+  COMMCHECK(commApiEnter(comm, "commRegister"));
+  commResult_t res = commSuccess;
+  commRegHandle* h = NULL;
+  if (handle == NULL || (buff == NULL && size > 0)) {
+    WARN("commRegister: %s", handle == NULL ? "handle is NULL" : "NULL buffer with a size");
+    res = commInvalidArgument;
+  } else if ((res = commCalloc(&h, 1, sizeof(*h))) == commSuccess) {
+    *h = (commRegHandle){COMM_REG_MAGIC, comm, buff, size};
+    *handle = h;
+  }
+  commApiLeave(comm);
+  return res;
+}
+
+COMM_API commResult_t commDeregister(const comm_t comm, void* handle) {
+  COMMCHECK(commApiEnter(comm, "commDeregister"));
+  commRegHandle* h = (commRegHandle*)handle;
+  commResult_t res = commSuccess;
+  if (h == NULL || h->magic != COMM_REG_MAGIC || h->comm != comm) {
+    WARN("commDeregister: %p is not a handle this communicator gave out", handle);
+    res = commInvalidArgument;
+  } else {
+    h->magic = 0;
+    free(h);
+  }
+  commApiLeave(comm);
+  return res;
+}
+
 /* ---- Teardown ---- */
 static void joinInitThread(struct commComm* comm) {
   if (!comm->blocking && comm->initThread) {
