@@ -1,0 +1,282 @@
+/* The LL protocol of the executor's kernel (exec_kernel.cu includes this inside its namespace, after the
+ * Simple protocol's waits and chooseSendRecv): 16-byte lines {4 data bytes, flag, 4 data bytes, flag}
+ * written with one store each (exec_dev.h), polled by the receiving threads; a step's pieces go through
+ * per-channel staging so move() stays the one data path; LL batches run consecutive one-piece sends (or
+ * receives) to distinct peers a warp each. SPDX-License-Identifier: Apache-2.0 */
+
+__shared__ int sLLErr; /* a failure one thread's line poll saw (0: none); every thread stops polling on it */
+
+/* Line l of a message of `bytes` bytes: its (up to) eight data bytes from src through L2 (the rest zero), or
+ * into dst; 8-byte accesses where aligned, bytes otherwise. */
+__device__ __forceinline__ uint2 llSourceLine(const char* src, size_t bytes, size_t l) {
+  const char* at = src + l * 8;
+  if (bytes - l * 8 >= 8 && ((uintptr_t)at & 7) == 0) return __ldcg((const uint2*)at);
+  uint32_t d[2] = {0, 0};
+  size_t n = bytes - l * 8 < 8 ? bytes - l * 8 : 8;
+  for (size_t b = 0; b < n; b++) ((uint8_t*)d)[b] = __ldcg((const uint8_t*)at + b);
+  return make_uint2(d[0], d[1]);
+}
+__device__ __forceinline__ void llWriteLine(char* dst, size_t bytes, size_t l, uint32_t d0, uint32_t d1) {
+  char* at = dst + l * 8;
+  if (bytes - l * 8 >= 8 && ((uintptr_t)at & 7) == 0) {
+    *(uint2*)at = make_uint2(d0, d1);
+    return;
+  }
+  uint32_t d[2] = {d0, d1};
+  size_t n = bytes - l * 8 < 8 ? bytes - l * 8 : 8;
+  for (size_t b = 0; b < n; b++) at[b] = (char)((const uint8_t*)d)[b];
+}
+
+/* Line l of slot: its data with the flag in both halves, one 16-byte store. */
+__device__ __forceinline__ void llPutLine(char* slot, size_t l, uint2 v, uint32_t flag) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(slot + l * 16), "r"(v.x), "r"(flag),
+               "r"(v.y), "r"(flag)
+               : "memory");
+}
+
+/* This thread waits for the line at `line` to carry `flag` (its data in d), checking the abort flag, the
+ * timeout (from *start, set at the first check) and the other threads (sLLErr) every SPINS_BEFORE_CHECK
+ * polls. COMM_DEV_OK; a failure code; -1 when another thread gave up first. */
+__device__ int llWaitLine(const commDevPlanHdr* h, const char* line, uint32_t flag, uint32_t* d, uint64_t* start) {
+  int spins = 0;
+  while (!llLine(line, flag, d)) {
+    if (++spins < SPINS_BEFORE_CHECK) continue;
+    spins = 0;
+    if (*(volatile int*)&sLLErr) return -1;
+    int r = COMM_DEV_OK;
+    if (*h->abortFlag || *(volatile int32_t*)&h->error->code != COMM_DEV_OK) r = COMM_DEV_ABORTED;
+    uint64_t now = globalTimer();
+    if (*start == 0) *start = now;
+    if (r == COMM_DEV_OK && h->timeoutNs && now - *start > h->timeoutNs) r = COMM_DEV_TIMEOUT;
+    if (r != COMM_DEV_OK) return r;
+    __nanosleep(100);
+  }
+  return COMM_DEV_OK;
+}
+
+/* The block writes `bytes` of stage as LL lines at slot, flagged `flag`. */
+__device__ void llPack(char* slot, const char* stage, size_t bytes, uint32_t flag) {
+  size_t nLines = (bytes + 7) / 8;
+  for (size_t l = threadIdx.x; l < nLines; l += blockDim.x) llPutLine(slot, l, llSourceLine(stage, bytes, l), flag);
+}
+
+
+/* The block waits for and reads `bytes` of LL lines flagged `flag` at slot into stage. Each thread polls its
+ * own lines, watching the abort flag, the timeout and the other threads (sLLErr). */
+__device__ void llUnpack(const commDevPlanHdr* h, const char* slot, char* stage, size_t bytes, uint32_t flag) {
+  size_t nLines = (bytes + 7) / 8;
+  uint64_t start = 0;
+  for (size_t l = threadIdx.x; l < nLines; l += blockDim.x) {
+    uint32_t d[2];
+    int r = llWaitLine(h, slot + l * 16, flag, d, &start);
+    if (r > 0) atomicCAS(&sLLErr, 0, r);
+    if (r != COMM_DEV_OK) return;
+    llWriteLine(stage, bytes, l, d[0], d[1]);
+  }
+}
+
+/* After llUnpack: the block agrees; false (and the failure recorded) when a poll gave up. */
+__device__ bool llSyncOk(const Plan& p, int ch, int peer) {
+  __syncthreads();
+  int r = *(volatile int*)&sLLErr;
+  if (r != COMM_DEV_OK) {
+    if (threadIdx.x == 0) reportError(p.h, r, ch, peer, 0, 0, 0);
+    return false;
+  }
+  return true;
+}
+
+/* One step of channel ch with the LL protocol: every piece goes through this channel's staging (stageIn:
+ * what arrived, stageOut: what leaves), so that move() stays the one data path. */
+__device__ bool runStepLL(const Plan& p, Waiter& w, int ch, const commDevStep* st) {
+  const commDevPlanHdr* h = p.h;
+  const size_t elt = h->eltSize, piece = COMM_DEV_LL_PIECE / elt;
+  const uint32_t nSlots = h->nSlots;
+  const commDevConn* sc = st->sendConn >= 0 ? &p.conns[st->sendConn] : NULL;
+  const commDevConn* rc = st->recvConn >= 0 ? &p.conns[st->recvConn] : NULL;
+  const int pre = st->flags & COMM_STEP_PRE, post = st->flags & COMM_STEP_POST;
+  char* src = (char*)st->src;
+  char* dst = (char*)st->dst;
+  char* stageIn = h->llStaging + (size_t)ch * 2 * COMM_DEV_LL_PIECE;
+  char* stageOut = stageIn + COMM_DEV_LL_PIECE;
+  const bool tid0 = threadIdx.x == 0;
+  const int prim = st->prim;
+  const bool sends = prim == COMM_PRIM_SEND || prim == COMM_PRIM_COPY_SEND || prim == COMM_PRIM_RECV_REDUCE_SEND ||
+                     prim == COMM_PRIM_RECV_COPY_SEND || prim == COMM_PRIM_RECV_REDUCE_COPY_SEND;
+  const bool recvs = prim == COMM_PRIM_RECV || prim == COMM_PRIM_RECV_REDUCE_COPY ||
+                     prim == COMM_PRIM_RECV_REDUCE_SEND || prim == COMM_PRIM_RECV_COPY_SEND ||
+                     prim == COMM_PRIM_RECV_REDUCE_COPY_SEND;
+
+  if (prim == COMM_PRIM_SEND_RECV) {
+    size_t sendCount = sc ? st->count : 0, recvCount = rc ? st->recvCount : 0;
+    size_t sendDone = 0, recvDone = 0;
+    while (sendDone < sendCount || recvDone < recvCount) {
+      /* Whichever side is ready: FIFO space, or the first line of the next message. */
+      if (!chooseSendRecv(p, w, ch, st, sc, rc, sendDone < sendCount, recvDone < recvCount, true)) return false;
+      if (sAction == 1) {
+        size_t n = min(piece, sendCount - sendDone);
+        uint64_t pos = sSendPos;
+        move(p, stageOut, NULL, src + sendDone * elt, NULL, n, pre, 0);
+        __syncthreads();
+        llPack(sc->llSlots + (pos % nSlots) * COMM_DEV_LL_SLOT_BYTES, stageOut, n * elt, (uint32_t)(pos + 1));
+        __syncthreads();
+        if (tid0) storeVolatile(sc->pos, pos + 1);
+        sendDone += n;
+      } else {
+        size_t n = min(piece, recvCount - recvDone);
+        uint64_t pos = sRecvPos;
+        llUnpack(h, rc->llSlots + (pos % nSlots) * COMM_DEV_LL_SLOT_BYTES, stageIn, n * elt, (uint32_t)(pos + 1));
+        if (!llSyncOk(p, ch, st->recvPeer)) return false;
+        move(p, dst + recvDone * elt, NULL, stageIn, NULL, n, 0, 0);
+        __syncthreads();
+        if (tid0) releaseRecv(rc, pos);
+        recvDone += n;
+      }
+    }
+    return true;
+  }
+
+  for (size_t done = 0; done < st->count;) {
+    size_t n = min(piece, (size_t)st->count - done), off = done * elt;
+    /* Positions (and, to send, a free slot) */
+    int r = COMM_DEV_OK;
+    if (tid0) {
+      if (recvs) sRecvPos = loadVolatile(rc->pos);
+      if (sends) r = waitSend(w, sc, nSlots);
+    }
+    if (!syncOk(r)) {
+      fail(p, sErr, ch, st->sendPeer, 1, 0, 0);
+      return false;
+    }
+    uint64_t rpos = sRecvPos, spos = sSendPos;
+    if (recvs) {
+      llUnpack(h, rc->llSlots + (rpos % nSlots) * COMM_DEV_LL_SLOT_BYTES, stageIn, n * elt, (uint32_t)(rpos + 1));
+      if (!llSyncOk(p, ch, st->recvPeer)) return false;
+      if (tid0) w.lastProgress = globalTimer();
+    }
+    switch (prim) {
+      case COMM_PRIM_SEND: move(p, stageOut, NULL, src + off, NULL, n, pre, post); break;
+      case COMM_PRIM_COPY_SEND:
+        move(p, stageOut, dst != src || pre || post ? dst + off : NULL, src + off, NULL, n, pre, post);
+        break;
+      case COMM_PRIM_RECV: move(p, dst + off, NULL, stageIn, NULL, n, 0, post); break;
+      case COMM_PRIM_RECV_REDUCE_COPY: move(p, dst + off, NULL, stageIn, src + off, n, pre, post); break;
+      case COMM_PRIM_RECV_REDUCE_SEND: move(p, stageOut, NULL, stageIn, src + off, n, pre, post); break;
+      case COMM_PRIM_RECV_COPY_SEND: move(p, dst + off, stageOut, stageIn, NULL, n, 0, post); break;
+      default: move(p, dst + off, stageOut, stageIn, src + off, n, pre, post); break; /* RECV_REDUCE_COPY_SEND */
+    }
+    __syncthreads();
+    if (sends) {
+      llPack(sc->llSlots + (spos % nSlots) * COMM_DEV_LL_SLOT_BYTES, stageOut, n * elt, (uint32_t)(spos + 1));
+      __syncthreads();
+    }
+    if (tid0) {
+      if (sends) storeVolatile(sc->pos, spos + 1);
+      if (recvs) releaseRecv(rc, rpos);
+    }
+    done += n;
+  }
+  return true;
+}
+
+/* ---- LL batches: several one-piece sends (or receives) to distinct peers at once ----
+ * A one-shot allreduce sends its input to every peer, then receives from every peer: n-1 independent
+ * transfers per direction. Run one after the other, each costs a block-wide round of waits and barriers;
+ * here each warp takes some of them: its lane 0 waits for FIFO space, its lanes write (or poll and read) the
+ * lines straight from the source (into the destination), and the block meets once at the end. */
+
+__shared__ int sLLErrPeer, sLLErrSend;
+
+/* Steps [s, s + m) of the channel that can run as one batch (1: run s alone): the same primitive, SEND or
+ * RECV, no pre/post operation, one LL piece each, every step on a connection of its own (connection
+ * indices strictly increasing: one read per step, and what a one-shot's steps give, as each step's peer is
+ * a connection the plan has not used before). */
+__device__ int llBatchLength(const Plan& p, const commDevStep* steps, int s, int end) {
+  const commDevPlanHdr* h = p.h;
+  if (!h->llBatch || h->proto != commProtoLL) return 1;
+  const commDevStep& a = steps[s];
+  if ((a.prim != COMM_PRIM_SEND && a.prim != COMM_PRIM_RECV) || a.flags != 0) return 1;
+  const bool send = a.prim == COMM_PRIM_SEND;
+  int m = 0, lastConn = -1;
+  for (int k = s; k < end; k++) {
+    const commDevStep& b = steps[k];
+    if (b.prim != a.prim || b.flags != 0 || b.count == 0 || b.count * h->eltSize > COMM_DEV_LL_PIECE) break;
+    const int conn = send ? b.sendConn : b.recvConn;
+    if (conn <= lastConn) break;
+    lastConn = conn;
+    m++;
+  }
+  return m < 1 ? 1 : m;
+}
+
+/* A failure one lane saw: the first one is kept, with its peer, for the block to report. */
+__device__ void llBatchFail(int code, int peer, int isSend) {
+  if (atomicCAS(&sLLErr, 0, code) == 0) {
+    sLLErrPeer = peer;
+    sLLErrSend = isSend;
+  }
+}
+
+/* One warp sends step st's piece: lane 0 waits for a free slot, the lanes write the lines. */
+__device__ void llWarpSend(const Plan& p, Waiter& w, const commDevStep* st, int lane) {
+  const commDevConn* c = &p.conns[st->sendConn];
+  const uint32_t nSlots = p.h->nSlots;
+  const size_t bytes = st->count * p.h->eltSize, nLines = (bytes + 7) / 8;
+  const uint64_t pos = loadVolatile(c->pos);
+  int r = COMM_DEV_OK;
+  if (lane == 0) { /* (this lane's own clock for the timeout: the wait starts now) */
+    w.lastProgress = globalTimer();
+    r = waitAtLeast(w, c->tail, pos + 1 > nSlots ? pos + 1 - nSlots : 0);
+  }
+  r = __shfl_sync(0xffffffffu, r, 0);
+  if (r != COMM_DEV_OK) {
+    if (lane == 0) llBatchFail(r, st->sendPeer, 1);
+    return;
+  }
+  char* slot = c->llSlots + (pos % nSlots) * COMM_DEV_LL_SLOT_BYTES;
+  const uint32_t flag = (uint32_t)(pos + 1);
+  for (size_t l = lane; l < nLines; l += 32) llPutLine(slot, l, llSourceLine((const char*)st->src, bytes, l), flag);
+  __syncwarp();
+  if (lane == 0) storeVolatile(c->pos, pos + 1);
+}
+
+/* One warp receives step st's piece: the lanes poll their lines and write the data to the destination. */
+__device__ void llWarpRecv(const Plan& p, const commDevStep* st, int lane) {
+  const commDevPlanHdr* h = p.h;
+  const commDevConn* c = &p.conns[st->recvConn];
+  const size_t bytes = st->count * h->eltSize, nLines = (bytes + 7) / 8;
+  const uint64_t pos = loadVolatile(c->pos);
+  const char* slot = c->llSlots + (pos % h->nSlots) * COMM_DEV_LL_SLOT_BYTES;
+  const uint32_t flag = (uint32_t)(pos + 1);
+  uint64_t start = 0;
+  bool ok = true;
+  for (size_t l = lane; l < nLines && ok; l += 32) {
+    uint32_t d[2];
+    int r = llWaitLine(h, slot + l * 16, flag, d, &start);
+    if (r > 0) llBatchFail(r, st->recvPeer, 0);
+    ok = r == COMM_DEV_OK;
+    if (ok) llWriteLine((char*)st->dst, bytes, l, d[0], d[1]);
+  }
+  ok = __all_sync(0xffffffffu, ok);
+  if (ok && lane == 0) releaseRecv(c, pos);
+}
+
+/* Steps sts[0..m) as one batch (llBatchLength). false: the block stops (failure recorded). */
+__device__ bool runBatchLL(const Plan& p, Waiter& w, int ch, const commDevStep* sts, int m) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nWarps = blockDim.x / 32;
+  const bool send = sts[0].prim == COMM_PRIM_SEND;
+  for (int k = warp; k < m; k += nWarps) {
+    if (*(volatile int*)&sLLErr) break;
+    commDevStep st = sts[k];
+    if (send) llWarpSend(p, w, &st, lane);
+    else llWarpRecv(p, &st, lane);
+  }
+  __syncthreads();
+  int r = *(volatile int*)&sLLErr;
+  if (r != COMM_DEV_OK) {
+    if (threadIdx.x == 0) reportError(p.h, r, ch, sLLErrPeer, sLLErrSend, 0, 0);
+    return false;
+  }
+  if (threadIdx.x == 0) w.lastProgress = globalTimer();
+  return true;
+}
