@@ -1,4 +1,5 @@
-/* Communicator lifecycle: init (blocking or not), split, finalize, destroy, abort, queries. */
+/* Communicator lifecycle: init (blocking or not), finalize, destroy, abort, queries, registration handles
+ * (split and shrink: comm_split.c). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -21,8 +22,6 @@
 /* Below this, an allreduce is latency-bound: one exchange step per peer beats the ring's 2(n-1) hops. */
 #define COMM_DEFAULT_ONESHOT_MAX (256 << 10)
 /* Bootstrap tags used by the core (transports use small non-negative tags). */
-#define COMM_TAG_SPLIT 0x20000000 /* transports use 0x40000000 and up */
-#define COMM_TAG_SHRINK 0x30000000 /* one tag: survivors' op counters may differ after a failure */
 
 /* ---- Registry of live communicators: handles are checked against it, so a destroyed handle is an error
  * and never a read of freed memory. ---- */
@@ -117,6 +116,7 @@ static commResult_t apiEnter(comm_t comm, const char* api, int allowError) {
   return res;
 }
 commResult_t commApiEnter(comm_t comm, const char* api) { return apiEnter(comm, api, 0); }
+commResult_t commApiEnterAfterError(comm_t comm, const char* api) { return apiEnter(comm, api, 1); }
 
 void commApiLeave(comm_t comm) {
   const char* w = commLogLastWarn();
@@ -355,7 +355,7 @@ static void freeComm(struct commComm* comm) {
   free(comm);
 }
 
-static commResult_t checkConfig(const commConfig_t* config) {
+commResult_t commCheckConfig(const commConfig_t* config) {
   if (config == NULL) return commSuccess;
   if (config->magic != COMM_CONFIG_MAGIC || config->size < offsetof(commConfig_t, cgaClusterSize)) {
     WARN("commConfig_t is not initialised: use COMM_CONFIG_INITIALIZER (magic 0x%x size %zu)", config->magic,
@@ -376,19 +376,8 @@ static commResult_t checkConfig(const commConfig_t* config) {
 /* A config field is readable if the caller's struct is large enough to hold it. */
 #define CONFIG_HAS(cfg, field) ((cfg) != NULL && (cfg)->size >= offsetof(commConfig_t, field) + sizeof((cfg)->field))
 
-/* Deferred calls (inside a group): the arguments, copied. */
-typedef struct {
-  comm_t* newcomm;
-  int nranks, rank;
-  commUniqueId id;
-  comm_t parent;
-  int color, key;
-  int hasConfig;
-  commConfig_t config;
-} deferredCall;
-
-static commResult_t deferCall(const deferredCall* call, commGroupJobFn run, int phase) {
-  deferredCall* a = NULL;
+commResult_t commDeferCall(const commDeferredCall* call, commGroupJobFn run, int phase) {
+  commDeferredCall* a = NULL;
   COMMCHECK(commCalloc(&a, 1, sizeof(*a)));
   *a = *call;
   commResult_t res = commGroupDefer(run, a, phase);
@@ -396,7 +385,7 @@ static commResult_t deferCall(const deferredCall* call, commGroupJobFn run, int 
   return res;
 }
 
-static void copyConfig(deferredCall* call, const commConfig_t* config) {
+void commDeferCopyConfig(commDeferredCall* call, const commConfig_t* config) {
   call->hasConfig = config != NULL;
   if (config == NULL) return;
   size_t n = config->size < sizeof(commConfig_t) ? config->size : sizeof(commConfig_t);
@@ -406,7 +395,7 @@ static void copyConfig(deferredCall* call, const commConfig_t* config) {
 }
 
 static commResult_t deferredInit(void* p) {
-  deferredCall* a = (deferredCall*)p;
+  commDeferredCall* a = (commDeferredCall*)p;
   commResult_t res = commInitRankConfig(a->newcomm, a->nranks, a->id, a->rank, a->hasConfig ? &a->config : NULL);
   free(a);
   return res;
@@ -418,10 +407,10 @@ COMM_API commResult_t commInitRankConfig(comm_t* newcomm, int nranks, commUnique
   if (commGroupDepth() > 0 && newcomm != NULL) {
     /* Ranks of one thread initialise together at commGroupEnd (*newcomm is set then). */
     *newcomm = NULL;
-    COMMCHECK(checkConfig(config));
-    deferredCall call = {newcomm, nranks, rank, commId, NULL, 0, 0, 0, COMM_CONFIG_INITIALIZER};
-    copyConfig(&call, config);
-    return deferCall(&call, deferredInit, 0);
+    COMMCHECK(commCheckConfig(config));
+    commDeferredCall call = {newcomm, nranks, rank, commId, NULL, 0, 0, 0, COMM_CONFIG_INITIALIZER};
+    commDeferCopyConfig(&call, config);
+    return commDeferCall(&call, deferredInit, 0);
   }
   commLogSetRank(rank);
   commResult_t res = commSuccess;
@@ -439,7 +428,7 @@ COMM_API commResult_t commInitRankConfig(comm_t* newcomm, int nranks, commUnique
     WARN("commInitRank: rank %d is out of range [0, %d)", rank, nranks);
     return commInvalidArgument;
   }
-  COMMCHECK(checkConfig(config));
+  COMMCHECK(commCheckConfig(config));
   if (idIsZero(&commId)) {
     const char* root = commParamStr("COMM_ROOT", NULL);
     if (root == NULL) {
@@ -587,171 +576,6 @@ out:
   return res;
 }
 
-/* ---- Split ---- */
-typedef struct {
-  int color, key, rank;
-} splitInfo;
-
-static int splitCompare(const void* a, const void* b) {
-  const splitInfo* x = (const splitInfo*)a;
-  const splitInfo* y = (const splitInfo*)b;
-  if (x->key != y->key) return x->key < y->key ? -1 : 1;
-  return x->rank < y->rank ? -1 : x->rank > y->rank;
-}
-
-static commResult_t deferredSplit(void* p) {
-  deferredCall* a = (deferredCall*)p;
-  commResult_t res = commSplit(a->parent, a->color, a->key, a->newcomm, a->hasConfig ? &a->config : NULL);
-  free(a);
-  return res;
-}
-
-COMM_API commResult_t commSplit(comm_t comm, int color, int key, comm_t* newcomm, commConfig_t* config) {
-  if (commGroupDepth() > 0 && newcomm != NULL) {
-    /* All splits of this thread's group run together at commGroupEnd (*newcomm is set then). */
-    COMMCHECK(commApiEnter(comm, "commSplit"));
-    commResult_t res = checkConfig(config);
-    *newcomm = NULL;
-    if (res == commSuccess) {
-      deferredCall call = {newcomm, 0, 0, {{0}}, comm, color, key, 0, COMM_CONFIG_INITIALIZER};
-      copyConfig(&call, config);
-      res = deferCall(&call, deferredSplit, 0);
-    }
-    commApiLeave(comm);
-    return res;
-  }
-  COMMCHECK(commApiEnter(comm, "commSplit"));
-  commResult_t res = commSuccess;
-  splitInfo* all = NULL;
-  splitInfo* members = NULL;
-  if (newcomm == NULL) {
-    WARN("commSplit: newcomm is NULL");
-    res = commInvalidArgument;
-    goto out;
-  }
-  *newcomm = NULL;
-  if (color < 0 && color != COMM_SPLIT_NOCOLOR) {
-    WARN("commSplit: color %d must be non-negative or COMM_SPLIT_NOCOLOR", color);
-    res = commInvalidArgument;
-    goto out;
-  }
-  COMMCHECKGOTO(checkConfig(config), res, out);
-  COMMCHECKGOTO(commCalloc(&all, (size_t)comm->nRanks, sizeof(splitInfo)), res, out);
-  all[comm->rank] = (splitInfo){color, key, comm->rank};
-  COMMCHECKGOTO(bootstrapAllGather(comm->bootstrap, all, sizeof(splitInfo)), res, out);
-  if (color == COMM_SPLIT_NOCOLOR) goto out;
-  COMMCHECKGOTO(commCalloc(&members, (size_t)comm->nRanks, sizeof(splitInfo)), res, out);
-  int n = 0;
-  for (int r = 0; r < comm->nRanks; r++)
-    if (all[r].color == color) members[n++] = all[r];
-  qsort(members, (size_t)n, sizeof(splitInfo), splitCompare);
-  int newRank = 0;
-  for (int i = 0; i < n; i++)
-    if (members[i].rank == comm->rank) newRank = i;
-  commUniqueId id;
-  int tag = COMM_TAG_SPLIT + (int)(comm->opCount++ & 0xfffff);
-  if (newRank == 0) {
-    COMMCHECKGOTO(bootstrapGetUniqueId(&id), res, out);
-    for (int i = 1; i < n; i++)
-      COMMCHECKGOTO(bootstrapSend(comm->bootstrap, members[i].rank, tag, &id, sizeof(id)), res, out);
-  } else {
-    COMMCHECKGOTO(bootstrapRecv(comm->bootstrap, members[0].rank, tag, &id, sizeof(id)), res, out);
-  }
-  commConfig_t childConfig = COMM_CONFIG_INITIALIZER;
-  if (config == NULL) {
-    childConfig.blocking = comm->blocking;
-    childConfig.timeoutMs = (int)COMM_MIN(comm->timeoutMs, INT32_MAX);
-    config = &childConfig;
-  }
-  res = commInitRankConfig(newcomm, n, id, newRank, config);
-  if (res == commSuccess || res == commInProgress) {
-    (*newcomm)->parent = comm;
-    INFO(COMM_INIT, "commSplit: rank %d color %d key %d -> rank %d of %d", comm->rank, color, key, newRank, n);
-  }
-out:
-  /* Split advanced the parent's op counter on every rank alike; keep it in step on ranks without a color. */
-  if (color == COMM_SPLIT_NOCOLOR && res == commSuccess) comm->opCount++;
-  free(all);
-  free(members);
-  commApiLeave(comm);
-  return res;
-}
-
-/* ---- Shrink ---- */
-static int intCompare(const void* a, const void* b) {
-  int x = *(const int*)a, y = *(const int*)b;
-  return (x > y) - (x < y);
-}
-
-COMM_API commResult_t commShrink(comm_t comm, const int* excludeRanks, int nExclude, comm_t* newcomm,
-                                 commConfig_t* config, int flags) {
-  COMMCHECK(apiEnter(comm, "commShrink", 1)); /* after a failure too: that is what it is for */
-  commResult_t res = commSuccess;
-  int* excl = NULL;
-  int* survivors = NULL;
-  if (newcomm == NULL || (nExclude > 0 && excludeRanks == NULL) || nExclude < 0 || nExclude >= comm->nRanks ||
-      (flags & ~COMM_SHRINK_ABORT)) {
-    WARN("commShrink: newcomm %p, %d excluded ranks at %p of %d, flags 0x%x", (void*)newcomm, nExclude,
-         (const void*)excludeRanks, comm->nRanks, (unsigned)flags);
-    res = commInvalidArgument;
-    goto out;
-  }
-  *newcomm = NULL;
-  if (flags & COMM_SHRINK_ABORT) {
-    WARN("commShrink: COMM_SHRINK_ABORT is not provided: end the parent's operations first (they fail with an "
-         "error once the excluded ranks stop answering), then shrink");
-    res = commInvalidUsage;
-    goto out;
-  }
-  COMMCHECKGOTO(checkConfig(config), res, out);
-  COMMCHECKGOTO(commCalloc(&excl, (size_t)(nExclude > 0 ? nExclude : 1), sizeof(int)), res, out);
-  if (nExclude > 0) memcpy(excl, excludeRanks, (size_t)nExclude * sizeof(int));
-  qsort(excl, (size_t)nExclude, sizeof(int), intCompare);
-  for (int i = 0; i < nExclude; i++) {
-    if (excl[i] < 0 || excl[i] >= comm->nRanks || (i > 0 && excl[i] == excl[i - 1]) || excl[i] == comm->rank) {
-      WARN("commShrink: excluded rank %d is %s", excl[i],
-           excl[i] == comm->rank ? "this rank (excluded ranks do not call commShrink)"
-           : excl[i] < 0 || excl[i] >= comm->nRanks ? "out of range" : "listed twice");
-      res = commInvalidArgument;
-      goto out;
-    }
-  }
-  /* Survivors keep their order; the first one makes the new id and sends it to the others over the
-   * parent's bootstrap, point to point: the excluded ranks (perhaps dead) take no part. */
-  int n = 0, newRank = -1;
-  COMMCHECKGOTO(commCalloc(&survivors, (size_t)comm->nRanks, sizeof(int)), res, out);
-  for (int r = 0, e = 0; r < comm->nRanks; r++) {
-    if (e < nExclude && excl[e] == r) {
-      e++;
-      continue;
-    }
-    if (r == comm->rank) newRank = n;
-    survivors[n++] = r;
-  }
-  commUniqueId id;
-  if (newRank == 0) {
-    COMMCHECKGOTO(bootstrapGetUniqueId(&id), res, out);
-    for (int i = 1; i < n; i++)
-      COMMCHECKGOTO(bootstrapSend(comm->bootstrap, survivors[i], COMM_TAG_SHRINK, &id, sizeof(id)), res, out);
-  } else {
-    COMMCHECKGOTO(bootstrapRecv(comm->bootstrap, survivors[0], COMM_TAG_SHRINK, &id, sizeof(id)), res, out);
-  }
-  commConfig_t childConfig = COMM_CONFIG_INITIALIZER;
-  if (config == NULL) {
-    childConfig.blocking = comm->blocking;
-    childConfig.timeoutMs = (int)COMM_MIN(comm->timeoutMs, INT32_MAX);
-    config = &childConfig;
-  }
-  res = commInitRankConfig(newcomm, n, id, newRank, config);
-  if (res == commSuccess || res == commInProgress)
-    INFO(COMM_INIT, "commShrink: rank %d -> rank %d of %d (%d excluded)", comm->rank, newRank, n, nExclude);
-out:
-  free(excl);
-  free(survivors);
-  commApiLeave(comm);
-  return res;
-}
-
 /* ---- Buffer registration ---- */
 /* libcomm registers buffers with its transports on first use (and caches the registration), so an explicit
  * registration only hands out a handle, which deregistration checks: it must come from this communicator
@@ -803,7 +627,7 @@ static void joinInitThread(struct commComm* comm) {
 }
 
 static commResult_t deferredFinalize(void* p) {
-  deferredCall* a = (deferredCall*)p;
+  commDeferredCall* a = (commDeferredCall*)p;
   commResult_t res = commFinalize(a->parent);
   free(a);
   return res;
@@ -814,8 +638,8 @@ COMM_API commResult_t commFinalize(comm_t comm) {
   COMMCHECK(commCheckComm(comm, "commFinalize"));
   if (commGroupDepth() > 0) {
     /* Finalizes of this thread's group run together after its collectives, at commGroupEnd. */
-    deferredCall call = {NULL, 0, 0, {{0}}, comm, 0, 0, 0, COMM_CONFIG_INITIALIZER};
-    return deferCall(&call, deferredFinalize, 1);
+    commDeferredCall call = {NULL, 0, 0, {{0}}, comm, 0, 0, 0, COMM_CONFIG_INITIALIZER};
+    return commDeferCall(&call, deferredFinalize, 1);
   }
   if (__atomic_load_n(&comm->initState, __ATOMIC_ACQUIRE) == COMM_INIT_RUNNING) {
     WARN("commFinalize: initialisation still in progress");

@@ -50,6 +50,23 @@ int commCudaCurrentDevice(void);
 
 /* src/core/comm.c: API entry/exit bookkeeping. Enter fails with a WARN on a bad or dead comm. */
 commResult_t commApiEnter(comm_t comm, const char* api);
+/* The same, but an earlier asynchronous error of the communicator does not refuse the call (commShrink). */
+commResult_t commApiEnterAfterError(comm_t comm, const char* api);
 void commApiLeave(comm_t comm);
+
+/* src/core/comm.c, shared with comm_split.c: a config check (commInvalidArgument with a WARN), and calls
+ * deferred to the group's end (their arguments copied; the config up to the caller's size). */
+commResult_t commCheckConfig(const commConfig_t* config);
+typedef struct {
+  comm_t* newcomm;
+  int nranks, rank;
+  commUniqueId id;
+  comm_t parent;
+  int color, key;
+  int hasConfig;
+  commConfig_t config;
+} commDeferredCall;
+commResult_t commDeferCall(const commDeferredCall* call, commGroupJobFn run, int phase);
+void commDeferCopyConfig(commDeferredCall* call, const commConfig_t* config);
 
 #endif
