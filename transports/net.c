@@ -12,7 +12,10 @@
  * commNetKickProxy(); it then polls every NET_PROXY_BUSY_US until they have left, staying out of the way
  * while the executor is calling progress(). A per-connection try-lock makes the two callers exclusive.
  * (A proxy that polled all the time cost 2-4 us per 8-byte allreduce on 2 cores: its timer wake-ups
- * preempt the ranks.) */
+ * preempt the ranks.)
+ *
+ * Device-buffer connections (conn->onDevice) keep the same FIFO in pinned host memory the GPU maps; the
+ * CUDA kernel fills and drains it, and a proxy thread of their own moves it (transports/net_dev.c). */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -30,6 +33,7 @@
 #include "param.h"
 #include "transport.h"
 #include "utils.h"
+#include "net_internal.h"
 #ifdef COMM_HAVE_IBVERBS
 #include "ib/ib_verbs_fake.h"
 #include "ib/net_ib.h"
@@ -38,24 +42,6 @@
 #define NET_PAGE 4096
 #define NET_PROXY_BUSY_US 20
 
-#define NET_MAX_DEVS 64
-
-struct commNetState {
-  const commNet_t* net;
-  int nDevs;                  /* the plugin's devices (at most NET_MAX_DEVS are used) */
-  char devName[NET_MAX_DEVS][64];
-  int fromLibrary; /* holds a reference on the loaded plugin library */
-  /* Proxy thread. listLock guards comm->netConns against the proxy (the owner thread reads it freely). */
-  struct commComm* comm;
-  pthread_mutex_t listLock;
-  pthread_t proxy;
-  int proxyStarted;
-  int proxyStop;      /* atomic */
-  pthread_mutex_t wakeLock; /* guards wanted, proxyStop's wake-up */
-  pthread_cond_t wake;
-  int wanted;         /* the executor left sends pending: the proxy should run */
-  uint64_t execCalls; /* progress() calls from the executor (atomic, relaxed) */
-};
 
 
 /* ---------------------------------------------------------------- plugin loading (process-wide) */
@@ -350,6 +336,7 @@ commResult_t commNetFinalize(struct commComm* comm) {
     pthread_join(st->proxy, NULL);
     st->proxyStarted = 0;
   }
+  netDevStop(st);
   pthread_cond_destroy(&st->wake);
   pthread_mutex_destroy(&st->wakeLock);
   pthread_mutex_destroy(&st->listLock);
@@ -392,27 +379,14 @@ static int netDevice(struct commComm* comm, int channel) {
   return 0;
 }
 
-typedef struct {
-  const commNet_t* net;
-  int dev;
-  void* listenComm;
-  void* sendComm;
-  void* recvComm;
-  void* mhandle;
-  void* mem;
-  void* reqs[COMM_NSLOTS];
-  uint64_t posted; /* isend/irecv posted */
-  uint64_t done;   /* completed, in order */
-  int failed;
-  int busy; /* try-lock between the executor and the proxy thread */
-} netPriv;
 
 static void* netProxyMain(void* arg);
 
-static int netFailed(const netPriv* p) { return __atomic_load_n(&p->failed, __ATOMIC_RELAXED); }
+int netFailed(const netPriv* p) { return __atomic_load_n(&p->failed, __ATOMIC_RELAXED); }
 static void netSetFailed(netPriv* p) { __atomic_store_n(&p->failed, 1, __ATOMIC_RELAXED); }
 
 static commResult_t netRegister(struct commComm* comm, commConn* conn) {
+  if (conn->onDevice) return netDevRegister(comm, conn);
   struct commNetState* st = comm->net;
   commResult_t res = commSuccess;
   pthread_mutex_lock(&st->listLock);
@@ -473,13 +447,19 @@ static commResult_t netSetup(struct commComm* comm, commConn* conn) {
   conn->priv = p;
   size_t ctrlBytes = COMM_ALIGN_UP(sizeof(commFifoCtrl), (size_t)NET_PAGE);
   size_t bytes = ctrlBytes + (size_t)comm->nSlots * comm->slotBytes;
-  int err = posix_memalign(&p->mem, NET_PAGE, bytes);
-  if (err) {
-    p->mem = NULL;
-    WARN("NET : cannot allocate a FIFO of %zu bytes: %s", bytes, strerror(err));
-    return commSystemError;
+  if (conn->onDevice) { /* the kernel fills and drains it in place: pinned host memory it maps */
+    p->onDevice = 1;
+    p->cudaDev = comm->cudaDev;
+    COMMCHECK(commDevHostAlloc(comm->cudaDev, bytes, &p->mem, &p->memDev));
+  } else {
+    int err = posix_memalign(&p->mem, NET_PAGE, bytes);
+    if (err) {
+      p->mem = NULL;
+      WARN("NET : cannot allocate a FIFO of %zu bytes: %s", bytes, strerror(err));
+      return commSystemError;
+    }
+    memset(p->mem, 0, bytes);
   }
-  memset(p->mem, 0, bytes);
   conn->ctrl = (commFifoCtrl*)p->mem;
   conn->slots = (char*)p->mem + ctrlBytes;
   conn->slotBytes = comm->slotBytes;
@@ -634,7 +614,7 @@ static commResult_t netComplete(commConn* conn, netPriv* p) {
   return commSuccess;
 }
 
-static commResult_t netProgressSend(commConn* conn, netPriv* p) {
+commResult_t netProgressSend(commConn* conn, netPriv* p) {
   commFifoCtrl* ctrl = conn->ctrl;
   uint64_t head = COMM_LOAD_ACQ(&ctrl->head);
   if (head == p->posted && p->done == p->posted) return commSuccess; /* idle */
@@ -659,7 +639,7 @@ static commResult_t netProgressSend(commConn* conn, netPriv* p) {
   return netComplete(conn, p);
 }
 
-static commResult_t netProgressRecv(commConn* conn, netPriv* p) {
+commResult_t netProgressRecv(commConn* conn, netPriv* p) {
   commFifoCtrl* ctrl = conn->ctrl;
   uint64_t tail = COMM_LOAD_ACQ(&ctrl->tail);
   int n = conn->nSlots;
@@ -771,7 +751,8 @@ static commResult_t netCheck(struct commComm* comm, commConn* conn) {
 
 static commResult_t netClose(struct commComm* comm, commConn* conn) {
   netPriv* p = (netPriv*)conn->priv;
-  netUnregister(comm, conn);
+  if (conn->onDevice) netDevUnregister(comm, conn);
+  else netUnregister(comm, conn);
   if (!p) return commSuccess;
   if (p->sendComm) {
     if (p->mhandle) p->net->deregMr(p->sendComm, p->mhandle);
@@ -782,7 +763,8 @@ static commResult_t netClose(struct commComm* comm, commConn* conn) {
     p->net->closeRecv(p->recvComm);
   }
   if (p->listenComm) p->net->closeListen(p->listenComm);
-  free(p->mem);
+  if (p->onDevice) commDevHostFree(p->cudaDev, p->mem);
+  else free(p->mem);
   free(p);
   conn->priv = NULL;
   conn->ctrl = NULL;
@@ -798,4 +780,5 @@ const commTransport commTransportNet = {
     .progress = netProgress,
     .check = netCheck,
     .close = netClose,
+    .devConn = netDevConn,
 };

@@ -3,7 +3,10 @@
  *   unlinked as soon as the sender has mapped it (recvConnect), so nothing is left in /dev/shm even if a
  *   process dies later.
  * - Ranks in one process: plain page-aligned memory owned by the receiver; info carries the pointer and
- *   a per-process cookie that the sender checks. */
+ *   a per-process cookie that the sender checks.
+ * Device connections (device buffers with COMM_P2P_DISABLE=1): the same FIFO, registered with CUDA as
+ * mapped memory on each side (in one process, allocated pinned and mapped by the receiver), so the two
+ * ranks' kernels fill and drain it in host memory directly, as they would a P2P FIFO; no thread moves it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -18,6 +21,7 @@
 #include "check.h"
 #include "core.h"
 #include "debug.h"
+#include "exec_dev.h"
 #include "transport.h"
 #include "utils.h"
 
@@ -32,6 +36,7 @@ typedef struct {
   uint64_t size;     /* bytes of the mapping */
   uint64_t cookie;   /* local: this process's cookie */
   uint64_t ptr;      /* local: address of the FIFO */
+  uint64_t devPtr;   /* local, device connection: the FIFO as kernels address it */
   char name[SHM_NAME_MAX]; /* shared: shm_open name */
 } shmInfo;
 
@@ -43,6 +48,10 @@ typedef struct {
   size_t size;
   int unlinked;
   char name[SHM_NAME_MAX];
+  void* baseDev;    /* device connection: the FIFO as this side's kernels address it */
+  int registered;   /* base is registered with CUDA by this side (commDevHostRegister) */
+  int pinned;       /* base came from commDevHostAlloc (one process, receiver) */
+  int cudaDev;
 } shmPriv;
 
 static uint64_t shmCookie;
@@ -63,12 +72,19 @@ static commResult_t shmProcessCookie(uint64_t* out) {
 
 static size_t shmCtrlBytes(void) { return COMM_ALIGN_UP(sizeof(commFifoCtrl), (size_t)SHM_PAGE); }
 
-static void shmAttach(struct commComm* comm, commConn* conn, shmPriv* p) {
+/* Point conn at the FIFO; a device connection's shared mapping is registered for this side's kernels. */
+static commResult_t shmAttach(struct commComm* comm, commConn* conn, shmPriv* p) {
   conn->ctrl = (commFifoCtrl*)p->base;
   conn->slots = (char*)p->base + shmCtrlBytes();
   conn->slotBytes = comm->slotBytes;
   conn->nSlots = comm->nSlots;
   conn->step = 0;
+  p->cudaDev = comm->cudaDev;
+  if (conn->onDevice && p->kind == SHM_KIND_SHARED) {
+    COMMCHECK(commDevHostRegister(comm->cudaDev, p->base, p->size, &p->baseDev));
+    p->registered = 1;
+  }
+  return commSuccess;
 }
 
 static int shmSameProcess(struct commComm* comm, int peer) {
@@ -93,18 +109,23 @@ static commResult_t shmRecvSetup(struct commComm* comm, commConn* conn, void* in
 
   if (shmSameProcess(comm, conn->peer)) {
     p->kind = SHM_KIND_LOCAL;
-    int err = posix_memalign(&p->base, SHM_PAGE, p->size);
-    if (err) {
-      p->base = NULL;
-      WARN("SHM : cannot allocate a FIFO of %zu bytes: %s", p->size, strerror(err));
-      return commSystemError;
+    if (conn->onDevice) {
+      COMMCHECK(commDevHostAlloc(comm->cudaDev, p->size, &p->base, &p->baseDev));
+      p->pinned = 1;
+    } else {
+      int err = posix_memalign(&p->base, SHM_PAGE, p->size);
+      if (err) {
+        p->base = NULL;
+        WARN("SHM : cannot allocate a FIFO of %zu bytes: %s", p->size, strerror(err));
+        return commSystemError;
+      }
+      memset(p->base, 0, p->size);
     }
-    memset(p->base, 0, p->size);
     si->kind = SHM_KIND_LOCAL;
     COMMCHECK(shmProcessCookie(&si->cookie));
     si->ptr = (uint64_t)(uintptr_t)p->base;
-    shmAttach(comm, conn, p);
-    return commSuccess;
+    si->devPtr = (uint64_t)(uintptr_t)p->baseDev;
+    return shmAttach(comm, conn, p);
   }
 
   p->kind = SHM_KIND_SHARED;
@@ -146,9 +167,8 @@ static commResult_t shmRecvSetup(struct commComm* comm, commConn* conn, void* in
   close(fd);
   si->kind = SHM_KIND_SHARED;
   snprintf(si->name, sizeof(si->name), "%s", p->name);
-  shmAttach(comm, conn, p);
   TRACE(COMM_SHM, "SHM : created %s (%zu bytes) for rank %d -> rank %d", p->name, p->size, conn->peer, comm->rank);
-  return commSuccess;
+  return shmAttach(comm, conn, p);
 fail:
   close(fd);
   shm_unlink(p->name);
@@ -183,8 +203,12 @@ static commResult_t shmSendConnect(struct commComm* comm, commConn* conn, const 
     }
     p->kind = SHM_KIND_LOCAL;
     p->base = (void*)(uintptr_t)si.ptr;
-    shmAttach(comm, conn, p);
-    return commSuccess;
+    p->baseDev = (void*)(uintptr_t)si.devPtr;
+    if (conn->onDevice && p->baseDev == NULL) {
+      WARN("SHM : rank %d offered a host FIFO for a device connection", conn->peer);
+      return commInternalError;
+    }
+    return shmAttach(comm, conn, p);
   }
   if (si.kind != SHM_KIND_SHARED) {
     WARN("SHM : bad connection info from rank %d", conn->peer);
@@ -211,8 +235,7 @@ static commResult_t shmSendConnect(struct commComm* comm, commConn* conn, const 
     WARN("SHM : mmap(%s) of rank %d failed: %s", si.name, conn->peer, strerror(mmapErr));
     return commSystemError;
   }
-  shmAttach(comm, conn, p);
-  return commSuccess;
+  return shmAttach(comm, conn, p);
 }
 
 static commResult_t shmRecvConnect(struct commComm* comm, commConn* conn, const void* ack) {
@@ -255,16 +278,41 @@ static commResult_t shmClose(struct commComm* comm, commConn* conn) {
   (void)comm;
   shmPriv* p = (shmPriv*)conn->priv;
   if (!p) return commSuccess;
+  if (p->registered) commDevHostUnregister(p->cudaDev, p->base);
   if (p->kind == SHM_KIND_SHARED) {
     if (p->base) munmap(p->base, p->size);
     if (!p->unlinked) shm_unlink(p->name);
   } else if (p->kind == SHM_KIND_LOCAL && p->owner) {
-    free(p->base);
+    if (p->pinned) commDevHostFree(p->cudaDev, p->base);
+    else free(p->base);
   }
   free(p);
   conn->priv = NULL;
   conn->ctrl = NULL;
   conn->slots = NULL;
+  return commSuccess;
+}
+
+/* The kernel's view: everything in the shared FIFO, each side's position in its own line of the ctrl page. */
+static commResult_t shmDevConn(const commConn* conn, commDevConn* out) {
+  const shmPriv* p = (const shmPriv*)conn->priv;
+  if (p == NULL || p->baseDev == NULL) {
+    WARN("SHM : connection %s rank %d on channel %d is not a device connection", conn->isSend ? "to" : "from",
+         conn->peer, conn->channel);
+    return commInternalError;
+  }
+  char* host = (char*)p->base;
+  char* dev = (char*)p->baseDev;
+  commFifoCtrl* ctrl = conn->ctrl;
+  memset(out, 0, sizeof(*out));
+  out->slots = dev + (conn->slots - host);
+  out->head = (uint64_t*)(dev + ((char*)&ctrl->head - host));
+  out->sizes = (uint64_t*)(dev + ((char*)ctrl->sizes - host));
+  out->tail = (uint64_t*)(dev + ((char*)&ctrl->tail - host));
+  out->pos = (uint64_t*)(dev + ((char*)(conn->isSend ? &ctrl->devSendPos : &ctrl->devRecvPos) - host));
+  out->llSlots = NULL; /* plans with COMM_P2P_DISABLE=1 run Simple */
+  out->failed = NULL;  /* a dead peer: the kernel's timeout */
+  out->sysScope = 1;
   return commSuccess;
 }
 
@@ -276,4 +324,5 @@ const commTransport commTransportShm = {
     .progress = NULL,
     .check = shmCheck,
     .close = shmClose,
+    .devConn = shmDevConn,
 };

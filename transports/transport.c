@@ -118,6 +118,12 @@ static void logConn(struct commComm* comm, const commConn* conn, int id) {
          conn->channel, from, to, comm->peers[from].cudaDev, comm->peers[to].cudaDev);
     return;
   }
+  if (conn->onDevice) {
+    INFO(COMM_INIT | COMM_NET, "Channel %02d : rank %d -> rank %d via %s (device buffers through pinned host memory%s)",
+         conn->channel, from, to, id == COMM_TRANSPORT_SHM ? "SHM" : "NET", id == COMM_TRANSPORT_SHM
+         ? " both GPUs map, COMM_P2P_DISABLE=1" : ", moved by the device proxy thread");
+    return;
+  }
   if (comm->topoRanks &&
       commTopoChooseTransport(comm->topo, comm->topoRanks, comm->nRanks, from, to, &choice) == commSuccess) {
     why = choice.why;
@@ -185,15 +191,8 @@ static commResult_t connectPhase1(connectState* st) {
     if (!conn || conn->isSend) continue;
     int sameHost = comm->peers[conn->peer].hostHash == comm->peers[comm->rank].hostHash;
     int id = (sameHost && !comm->shmDisable) ? COMM_TRANSPORT_SHM : COMM_TRANSPORT_NET;
-    if (conn->onDevice) {
-      if (!sameHost) {
-        WARN("Channel %02d : rank %d -> rank %d: device buffers across hosts need the host-staging proxy, "
-             "which this build does not have yet; use host buffers between hosts", conn->channel, conn->peer,
-             comm->rank);
-        return commInvalidUsage;
-      }
-      id = COMM_TRANSPORT_P2P;
-    }
+    if (conn->onDevice) /* P2P within a host; FIFOs in host memory with COMM_P2P_DISABLE=1 or across hosts */
+      id = !sameHost ? COMM_TRANSPORT_NET : comm->p2pDisable ? COMM_TRANSPORT_SHM : COMM_TRANSPORT_P2P;
     if (transports[id] == NULL) {
       WARN("transport: the %s transport is not in this build", id == COMM_TRANSPORT_P2P ? "P2P" : "requested");
       return commInvalidUsage;

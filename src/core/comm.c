@@ -456,6 +456,7 @@ COMM_API commResult_t commInitRankConfig(comm_t* newcomm, int nranks, commUnique
   comm->nSlots = COMM_NSLOTS;
   comm->slotBytes = (size_t)buffSize / COMM_NSLOTS / 64 * 64;
   comm->shmDisable = (int)commParamInt("COMM_SHM_DISABLE", 0, 0, 1);
+  comm->p2pDisable = (int)commParamInt("COMM_P2P_DISABLE", 0, 0, 1);
   comm->oneShotMaxBytes =
       (size_t)commParamSize("COMM_ALLREDUCE_ONESHOT_MAX", COMM_DEFAULT_ONESHOT_MAX, 0, 1LL << 30);
   if (rank == 0) {

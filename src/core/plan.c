@@ -21,7 +21,7 @@ static int isReductionFunc(commFunc_t f) {
 #define DEV_BLOCKS_PER_GPU 96 /* one 512-thread block per SM (128 registers per thread): below the SM count
                                * of A100 (108) and H100 PCIe (114), with room for other kernels */
 #define DEV_BYTES_PER_CHANNEL (512 << 10)
-#define COMM_DEV_LL_MAX_DEFAULT 0 /* fewer channels for smaller messages: latency, not bandwidth */
+#define COMM_DEV_LL_MAX_DEFAULT 4096 /* device messages up to this many bytes use LL (COMM_DEV_LL_MAX) */
 /* Two ranks on one GPU: same host and the same PCI bus id (device ordinals differ between processes with
  * different CUDA_VISIBLE_DEVICES); the ordinal when a bus id is unknown. */
 static int sameGpu(const commPeerInfo* a, const commPeerInfo* b) {
@@ -88,9 +88,10 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
     choice.nChannels = want < 1 ? 1 : want > (size_t)maxCh ? maxCh : (int)want;
     /* LL for small messages, up to COMM_DEV_LL_MAX bytes. On 4 H200s LL's one-store lines beat Simple's
      * fences up to 2-4 KiB and lose from 8 KiB on, where one LL channel's bandwidth shows (docs/PERF.md,
-     * entry 10), so 4096 is the setting to use; the default stays 0 until a GPU run confirms the first-call
-     * fixes behind the one hang seen with it (docs/GPU_PLAN.md). */
+     * entry 10). LL lines go straight into the peer's FIFO, so only P2P connections carry them: a
+     * communicator spanning hosts, or with COMM_P2P_DISABLE=1, runs Simple (its FIFOs in host memory). */
     size_t llMax = (size_t)commParamSize("COMM_DEV_LL_MAX", COMM_DEV_LL_MAX_DEFAULT, 0, 1 << 30);
+    if (comm->nNodes > 1 || comm->p2pDisable) llMax = 0;
     choice.proto = bytes <= llMax ? commProtoLL : commProtoSimple;
     choice.chunkBytes = (size_t)comm->nSlots * comm->slotBytes;
   }

@@ -26,10 +26,16 @@ commResult_t commDevPollError(struct commComm* comm) { (void)comm; return commSu
 commResult_t commDevSync(struct commComm* comm) { (void)comm; return commSuccess; }
 void commDevAbort(struct commComm* comm) { (void)comm; }
 void commDevFree(struct commComm* comm) { (void)comm; }
-commResult_t commP2pDevConn(const struct commConn* conn, commDevConn* out) {
-  (void)conn, (void)out;
-  return noExecutor("commP2pDevConn");
+commResult_t commDevHostAlloc(int cudaDev, size_t bytes, void** host, void** dev) {
+  (void)cudaDev, (void)bytes, (void)host, (void)dev;
+  return noExecutor("commDevHostAlloc");
 }
+void commDevHostFree(int cudaDev, void* host) { (void)cudaDev, (void)host; }
+commResult_t commDevHostRegister(int cudaDev, void* host, size_t bytes, void** dev) {
+  (void)cudaDev, (void)host, (void)bytes, (void)dev;
+  return noExecutor("commDevHostRegister");
+}
+void commDevHostUnregister(int cudaDev, void* host) { (void)cudaDev, (void)host; }
 #else
 typedef int commExecDevNoneUnused; /* ISO C wants something in a translation unit */
 #endif

@@ -77,6 +77,7 @@ struct commComm {
   size_t slotBytes;    /* FIFO slot size of every connection */
   int nSlots;
   int shmDisable;
+  int p2pDisable;      /* COMM_P2P_DISABLE=1: device buffers within a host go through shm (host memory) */
   size_t oneShotMaxBytes; /* allreduce of at most this many bytes runs one-shot (0: never) */
   int devMaxChannels;     /* device plans: most channels per collective (0: not computed yet) */
 

@@ -14,16 +14,19 @@
 
 #include "schedule.h"
 
-/* One direction of a device connection, as the kernel uses it. The FIFO (slots, sizes, head) is in the
- * receiver's device memory; tail is in the sender's, so each side polls only its own memory. pos is the
- * side's own count of slots posted (sender) or drained (receiver), in its own memory. */
-typedef struct {
+/* One direction of a device connection, as the kernel uses it. P2P: the FIFO (slots, sizes, head) is in
+ * the receiver's device memory, tail in the sender's, so each side polls only its own memory. shm: all of
+ * it in host memory both processes map. net: each side's own FIFO in mapped host memory, which the proxy
+ * thread moves over the network. pos is the side's own count of slots posted (sender) or drained
+ * (receiver). */
+typedef struct commDevConn {
   char* slots;        /* nSlots * slotBytes, receiver's memory */
   uint64_t* head;     /* slots posted: written by the sender, polled by the receiver */
   uint64_t* sizes;    /* [nSlots] bytes in each slot */
   uint64_t* tail;     /* slots drained: written by the receiver, polled by the sender */
   uint64_t* pos;      /* this side's position */
-  char* llSlots;      /* nSlots * COMM_DEV_LL_SLOT_BYTES of LL lines, receiver's memory */
+  char* llSlots;      /* nSlots * COMM_DEV_LL_SLOT_BYTES of LL lines, receiver's memory (P2P only) */
+  uint32_t* failed;   /* net: set by the proxy thread when the network connection failed (else NULL) */
   uint32_t sysScope;  /* the peer is another GPU (or the host): fences at system scope, else GPU scope */
   uint32_t pad;
 } commDevConn;
@@ -42,7 +45,7 @@ typedef struct {
 } commDevStep;
 
 /* What a kernel reports when it gives up (pinned host memory, read by commGetAsyncError). */
-enum { COMM_DEV_OK = 0, COMM_DEV_ABORTED = 1, COMM_DEV_TIMEOUT = 2, COMM_DEV_SIZE_MISMATCH = 3 };
+enum { COMM_DEV_OK = 0, COMM_DEV_ABORTED = 1, COMM_DEV_TIMEOUT = 2, COMM_DEV_SIZE_MISMATCH = 3, COMM_DEV_NET_FAILED = 4 };
 typedef struct {
   int32_t code;       /* COMM_DEV_* of the first failure */
   int32_t channel, peer, isSend;
@@ -80,6 +83,8 @@ typedef struct {
   int32_t llBatch;             /* LL: consecutive one-piece sends (or receives) to distinct peers run at once,
                                 * one warp each (COMM_DEV_LL_BATCH, default 1) */
   char* llStaging;             /* LL: 2 * COMM_DEV_LL_PIECE bytes per channel of device memory */
+  uint32_t* proxyBusy;         /* plans with net connections: block c sets word c (mapped host memory) while
+                                * it runs, so the proxy thread moves their FIFOs (NULL: no net connection) */
   uint64_t opCount;
 } commDevPlanHdr;
 
@@ -129,8 +134,14 @@ void commDevAbort(struct commComm* comm);
 void commDevFree(struct commComm* comm);
 /* Is the CUDA executor in this build? */
 int commDevAvailable(void);
-/* The kernel's view of a P2P connection (transports/p2p/p2p.c). */
-commResult_t commP2pDevConn(const struct commConn* conn, commDevConn* out);
+/* Host memory the kernels of GPU cudaDev address (the shm and net transports' device connections keep
+ * their FIFOs there): *host for the CPU, *dev for the kernel. Alloc: new pinned, mapped, zeroed memory;
+ * Register: memory the caller has (a shared mapping), registered mapped. Free / Unregister at teardown
+ * only (they wait for the device). */
+commResult_t commDevHostAlloc(int cudaDev, size_t bytes, void** host, void** dev);
+void commDevHostFree(int cudaDev, void* host);
+commResult_t commDevHostRegister(int cudaDev, void* host, size_t bytes, void** dev);
+void commDevHostUnregister(int cudaDev, void* host);
 #endif
 
 #endif

@@ -14,15 +14,19 @@
 
 typedef struct {
   uint64_t head; /* slots filled by the sender (written by the sender side) */
-  char pad0[COMM_CACHE_LINE - sizeof(uint64_t)];
+  uint64_t devSendPos; /* a CUDA sender's own position (device connections whose FIFO is host memory) */
+  char pad0[COMM_CACHE_LINE - 2 * sizeof(uint64_t)];
   uint64_t tail; /* slots drained by the receiver (written by the receiver side) */
-  char pad1[COMM_CACHE_LINE - sizeof(uint64_t)];
+  uint64_t devRecvPos; /* a CUDA receiver's own position (likewise) */
+  char pad1[COMM_CACHE_LINE - 2 * sizeof(uint64_t)];
   uint64_t sizes[COMM_NSLOTS]; /* bytes in each slot, written before head moves */
-  char pad2[COMM_CACHE_LINE];
+  uint32_t devFailed; /* net device connections: the proxy thread saw the connection fail */
+  char pad2[COMM_CACHE_LINE - sizeof(uint32_t)];
 } commFifoCtrl;
 
 struct commComm;
 struct commTransport;
+struct commDevConn;
 
 typedef struct commConn {
   commFifoCtrl* ctrl;   /* head/tail/sizes, where this side's executor sees them */
@@ -33,7 +37,7 @@ typedef struct commConn {
   int peer;             /* the other rank */
   int channel;
   int isSend;
-  int onDevice;         /* a connection of the CUDA executor (device FIFOs) */
+  int onDevice;         /* a connection of the CUDA executor (device buffers) */
   const struct commTransport* transport;
   void* priv;           /* transport state */
 } commConn;
@@ -53,6 +57,9 @@ typedef struct commTransport {
   /* commRemoteError with a WARN if the peer is known to be gone; called while a wait makes no progress. */
   commResult_t (*check)(struct commComm* comm, commConn* conn);
   commResult_t (*close)(struct commComm* comm, commConn* conn);
+  /* A device connection (onDevice) as the CUDA kernel uses it (include/exec_dev.h); NULL: the transport
+   * serves host buffers only. */
+  commResult_t (*devConn)(const commConn* conn, struct commDevConn* out);
 } commTransport;
 
 extern const commTransport commTransportShm;
@@ -62,8 +69,8 @@ extern const commTransport commTransportP2p; /* transports/p2p/p2p.c: device FIF
 enum { COMM_TRANSPORT_SHM = 0, COMM_TRANSPORT_NET = 1, COMM_TRANSPORT_P2P = 2, COMM_NUM_TRANSPORTS = 3 };
 
 /* A connection the caller needs: on `channel`, to (isSend) or from `peer`; for host buffers (the host
- * executor's FIFOs: shm or net) or device buffers (the CUDA executor's: P2P). The two kinds are separate
- * connections in separate tables (commChannel send/recv and devSend/devRecv). */
+ * executor's FIFOs) or device buffers (the CUDA executor's). The two kinds are separate connections in
+ * separate tables (commChannel send/recv and devSend/devRecv). */
 typedef struct {
   int channel;
   int peer;
@@ -73,8 +80,9 @@ typedef struct {
 
 /* src/transports/transport.c: establish every requested connection that does not exist yet (the peers
  * make the matching requests). Host buffers: shm within a host (unless COMM_SHM_DISABLE=1), net across
- * hosts; device buffers: P2P within a host (across hosts: an error until the staging proxy exists). Logs
- * the choice at INFO. */
+ * hosts. Device buffers: P2P within a host (shm, its FIFO in host memory both kernels map, with
+ * COMM_P2P_DISABLE=1), net across hosts (each side's FIFO in mapped host memory, moved by the proxy
+ * thread). Logs the choice at INFO. */
 commResult_t commTransportConnect(struct commComm* comm, const commConnRequest* reqs, int nReqs);
 /* The same for several communicators driven by this thread (a group): each phase runs for all of them
  * before the next, so ranks of one process never wait on each other. */
@@ -95,6 +103,10 @@ commResult_t commNetFinalize(struct commComm* comm);
 void commNetReleaseConnList(struct commComm* comm);
 /* The executor is leaving a finished operation: wake the proxy thread if network sends are still pending. */
 void commNetKickProxy(struct commComm* comm);
+/* transports/net_dev.c: the busy words of comm's device proxy thread, as kernels address them (a plan with
+ * net connections passes them to its kernel), and the kick a launch of such a plan gives the thread. */
+uint32_t* commNetDevBusyWords(struct commComm* comm);
+void commNetDevKick(struct commComm* comm);
 /* Name of the network plugin comm uses ("Socket", ...), for log lines. */
 const char* commNetName(const struct commComm* comm);
 /* transports/net_socket.c: the built-in TCP network plugin. */

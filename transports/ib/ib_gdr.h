@@ -7,9 +7,9 @@
  *    the verbs library registers it (ibv_reg_dmabuf_mr, rdma-core 34 and Linux 5.12 or later);
  *  - nvidia-peermem: with that kernel module loaded, ibv_reg_mr accepts a device pointer directly.
  * With neither, a device buffer cannot be registered: registration fails with commInvalidUsage and one WARN
- * per process says that GPUDirect RDMA is off and why (device data must then be staged through pinned host
- * memory by the caller; libcomm's host-staging proxy for device buffers across hosts is not built yet, so
- * such connections are refused at connect).
+ * per process says that GPUDirect RDMA is off and why. (libcomm's own device-buffer connections across
+ * hosts keep their FIFOs in pinned host memory, transports/net_dev.c, so they never need this path; it
+ * serves callers that register device memory with the plugin.)
  *
  * After the NIC wrote into GPU memory, the GPU may read stale data unless the writes are flushed where the
  * platform needs it: ibGdrFlush calls cuFlushGPUDirectRDMAWrites (CUDA 11.3 and later) on devices that

@@ -190,13 +190,14 @@ static commResult_t p2pClose(commComm* comm, commConn* conn) {
   return commSuccess;
 }
 
-commResult_t commP2pDevConn(const commConn* conn, commDevConn* out) {
+static commResult_t p2pDevConn(const commConn* conn, commDevConn* out) {
   const p2pState* st = conn->priv;
   if (st == NULL || st->local == NULL || st->remote == NULL) {
     WARN("P2P transport: connection %s rank %d on channel %d is not connected", conn->isSend ? "to" : "from",
          conn->peer, conn->channel);
     return commInternalError;
   }
+  memset(out, 0, sizeof(*out)); /* failed: NULL (a dead peer: the kernel's timeout) */
   char* recvBlock = conn->isSend ? st->remote : st->local;
   char* sendBlock = conn->isSend ? st->local : st->remote;
   out->slots = recvBlock + P2P_SLOTS_OFF;
@@ -205,14 +206,17 @@ commResult_t commP2pDevConn(const commConn* conn, commDevConn* out) {
   out->sizes = (uint64_t*)(recvBlock + P2P_SIZES_OFF);
   out->tail = (uint64_t*)(sendBlock + P2P_TAIL_OFF);
   out->pos = (uint64_t*)(st->local + P2P_POS_OFF);
-  /* Both ends on one GPU (any process): GPU-scope fences order the FIFO; across GPUs, system scope. */
   /* Both ends on one GPU in one process: GPU-scope fences order the FIFO. Another process may have
    * another device numbering, so it gets system scope, as another GPU does. */
   out->sysScope = !st->peerSameProcess || st->peerDev != st->localDev;
-  out->pad = 0;
   return commSuccess;
 }
 
 const commTransport commTransportP2p = {
-    "P2P", p2pRecvSetup, p2pSendConnect, p2pRecvConnect, NULL, NULL, p2pClose,
+    .name = "P2P",
+    .recvSetup = p2pRecvSetup,
+    .sendConnect = p2pSendConnect,
+    .recvConnect = p2pRecvConnect,
+    .close = p2pClose,
+    .devConn = p2pDevConn,
 };

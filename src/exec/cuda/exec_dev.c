@@ -12,6 +12,7 @@
 #include "exec.h"
 #include "exec_dev.h"
 #include "param.h"
+#include "transport.h"
 #include "utils.h"
 
 #define PLAN_POOL 16      /* pinned plan buffers to start with (the pool grows, the host never waits) */
@@ -173,6 +174,70 @@ commResult_t commDevScratch(commComm* comm, size_t bytes, void** scratch) {
   return commSuccess;
 }
 
+/* ---- Host memory the kernels address (the shm and net transports' device connections) ---- */
+
+/* Run fn with cudaDev current and the caller's graph capture (if any) relaxed: connections are made on
+ * first use, which may be inside a capture. */
+#define WITH_DEV(cudaDev, stmt)                                               \
+  do {                                                                        \
+    commCudaDevGuard g_;                                                      \
+    COMMCHECK(commCudaDevEnter(cudaDev, &g_));                                \
+    enum cudaStreamCaptureMode m_ = cudaStreamCaptureModeRelaxed;             \
+    cudaThreadExchangeStreamCaptureMode(&m_);                                 \
+    stmt;                                                                     \
+    cudaThreadExchangeStreamCaptureMode(&m_);                                 \
+    commCudaDevLeave(cudaDev, &g_);                                           \
+  } while (0)
+
+commResult_t commDevHostAlloc(int cudaDev, size_t bytes, void** host, void** dev) {
+  cudaError_t e = cudaSuccess;
+  *host = *dev = NULL;
+  WITH_DEV(cudaDev, {
+    e = cudaHostAlloc(host, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (e == cudaSuccess) e = cudaHostGetDevicePointer(dev, *host, 0);
+  });
+  if (e != cudaSuccess) {
+    if (*host) cudaFreeHost(*host);
+    *host = *dev = NULL;
+    return commCudaFail("cudaHostAlloc of a FIFO in mapped host memory", e);
+  }
+  memset(*host, 0, bytes);
+  return commSuccess;
+}
+
+void commDevHostFree(int cudaDev, void* host) {
+  if (host == NULL) return;
+  commCudaDevGuard g;
+  if (commCudaDevEnter(cudaDev, &g) != commSuccess) return;
+  cudaFreeHost(host);
+  commCudaDevLeave(cudaDev, &g);
+}
+
+commResult_t commDevHostRegister(int cudaDev, void* host, size_t bytes, void** dev) {
+  cudaError_t e = cudaSuccess;
+  *dev = NULL;
+  WITH_DEV(cudaDev, {
+    e = cudaHostRegister(host, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
+    if (e == cudaSuccess) {
+      e = cudaHostGetDevicePointer(dev, host, 0);
+      if (e != cudaSuccess) cudaHostUnregister(host);
+    }
+  });
+  if (e != cudaSuccess) {
+    *dev = NULL;
+    return commCudaFail("cudaHostRegister of a shared FIFO", e);
+  }
+  return commSuccess;
+}
+
+void commDevHostUnregister(int cudaDev, void* host) {
+  if (host == NULL) return;
+  commCudaDevGuard g;
+  if (commCudaDevEnter(cudaDev, &g) != commSuccess) return;
+  cudaHostUnregister(host);
+  commCudaDevLeave(cudaDev, &g);
+}
+
 static commResult_t pollError(commComm* comm, int queryStream);
 
 /* ---- Device plans ---- */
@@ -224,7 +289,7 @@ static commResult_t planLayout(commComm* comm, const commPlan* plan, connKey* ke
 
 /* Write the plan (connections, then steps with device addresses) at area, as planLayout laid it out. */
 static commResult_t planFill(commComm* comm, const commPlan* plan, const connKey* keys, const int* stepConn,
-                             const commDevPlanHdr* hdr, char* area) {
+                             commDevPlanHdr* hdr, char* area) {
   commDevConn* conns = (commDevConn*)area;
   for (int i = 0; i < hdr->nConns; i++) {
     commChannel* ch = &comm->channels[keys[i].channel];
@@ -235,7 +300,14 @@ static commResult_t planFill(commComm* comm, const commPlan* plan, const connKey
            keys[i].peer, keys[i].channel);
       return commInternalError;
     }
-    COMMCHECK(commP2pDevConn(conn, &conns[i]));
+    if (conn->transport == NULL || conn->transport->devConn == NULL) {
+      WARN("rank %d: device connection %s rank %d on channel %d: transport %s cannot serve device buffers",
+           comm->rank, keys[i].isSend ? "to" : "from", keys[i].peer, keys[i].channel,
+           conn->transport ? conn->transport->name : "(none)");
+      return commInternalError;
+    }
+    COMMCHECK(conn->transport->devConn(conn, &conns[i]));
+    if (conns[i].failed != NULL && hdr->proxyBusy == NULL) hdr->proxyBusy = commNetDevBusyWords(comm);
   }
   commDevStep* out = (commDevStep*)(area + (size_t)hdr->nConns * sizeof(commDevConn));
   const commSchedule* sc = &plan->sched;
@@ -375,6 +447,7 @@ static commResult_t launchPlan(commComm* comm, const commPlan* plan, cudaStream_
     h->planAddr = (uint64_t)(uintptr_t)devPtr;
   }
   COMMCHECKGOTO(planFill(comm, plan, keys, stepConn, h, area), res, out);
+  if (h->proxyBusy) commNetDevKick(comm); /* its net FIFOs move from now on */
   if (h->nChannels > 0) {
     /* Steps that move little run with fewer threads: less to synchronise per step. */
     int threads = mostStepBytes <= COMM_DEV_SMALL_STEP_BYTES ? COMM_DEV_THREADS_SMALL : COMM_DEV_THREADS;
@@ -485,7 +558,7 @@ static commResult_t pollError(commComm* comm, int queryStream) {
   int code = __atomic_load_n(&e->code, __ATOMIC_ACQUIRE);
   if (code != COMM_DEV_OK) {
     res = code == COMM_DEV_TIMEOUT ? commTimeout : code == COMM_DEV_ABORTED && commAborted(comm) ? commInvalidUsage
-          : code == COMM_DEV_ABORTED ? commRemoteError : commInvalidUsage;
+          : code == COMM_DEV_ABORTED || code == COMM_DEV_NET_FAILED ? commRemoteError : commInvalidUsage;
     if (!s->errorReported) {
       s->errorReported = 1;
       if (code == COMM_DEV_TIMEOUT)
@@ -493,6 +566,10 @@ static commResult_t pollError(commComm* comm, int queryStream) {
              "while %s rank %d on channel %d", comm->rank, (unsigned long long)e->opCount,
              (long long)comm->timeoutMs, e->isSend ? "waiting for FIFO space to" : "waiting for data from", e->peer,
              e->channel);
+      else if (code == COMM_DEV_NET_FAILED)
+        WARN("rank %d: operation opCount %llu on device: the network connection %s rank %d on channel %d failed "
+             "(the peer closed it or the network failed; the NET proxy's line above says which)", comm->rank,
+             (unsigned long long)e->opCount, e->isSend ? "to" : "from", e->peer, e->channel);
       else if (code == COMM_DEV_SIZE_MISMATCH)
         WARN("rank %d: operation opCount %llu on device: received %llu bytes from rank %d on channel %d where %llu "
              "were expected: the ranks called this operation with different counts or datatypes", comm->rank,

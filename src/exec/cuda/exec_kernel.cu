@@ -217,6 +217,7 @@ __device__ __forceinline__ void move(const Plan& p, void* d0, void* d1, const vo
 
 struct Waiter {
   const commDevPlanHdr* h;
+  const commDevConn* waitConn[2]; /* the connections thread 0 waits on (their proxy may report a failure) */
   uint64_t lastProgress;
   uint64_t waitNs, firstWaitEnd; /* COMM_DEV_TRACE: time thread 0 spent waiting; when its first wait ended */
   uint32_t nWaits;
@@ -249,6 +250,8 @@ __device__ void reportError(const commDevPlanHdr* h, int code, int channel, int 
 /* Has the wait gone on too long, or been aborted? COMM_DEV_OK otherwise. */
 __device__ int checkWait(Waiter& w) {
   if (*w.h->abortFlag) return COMM_DEV_ABORTED;
+  for (int i = 0; i < 2; i++)
+    if (w.waitConn[i] && w.waitConn[i]->failed && *(volatile uint32_t*)w.waitConn[i]->failed) return COMM_DEV_NET_FAILED;
   if (*(volatile int32_t*)&w.h->error->code != COMM_DEV_OK) return COMM_DEV_ABORTED; /* another block failed */
   if (w.h->timeoutNs && globalTimer() - w.lastProgress > w.h->timeoutNs) return COMM_DEV_TIMEOUT;
   __nanosleep(100); /* ranks of other processes may share this GPU */
@@ -279,6 +282,7 @@ __shared__ int sAction;
 __device__ int waitSend(Waiter& w, const commDevConn* c, uint32_t nSlots) {
   uint64_t pos = loadVolatile(c->pos);
   sSendPos = pos;
+  w.waitConn[0] = c, w.waitConn[1] = NULL;
   /* No fence after: the receiver read the slot before it stored tail, and our stores into the slot depend on
    * the value of tail we read (stores are not speculated). */
   return waitAtLeast(w, c->tail, pos + 1 > nSlots ? pos + 1 - nSlots : 0);
@@ -287,6 +291,7 @@ __device__ int waitSend(Waiter& w, const commDevConn* c, uint32_t nSlots) {
 __device__ int waitRecv(Waiter& w, const commDevConn* c, uint32_t nSlots) {
   uint64_t pos = loadVolatile(c->pos);
   sRecvPos = pos;
+  w.waitConn[0] = c, w.waitConn[1] = NULL;
   int r = waitAtLeast(w, c->head, pos + 1);
   if (r == COMM_DEV_OK) {
     fenceAcqRel(c->sysScope); /* the size was stored before head */
@@ -343,6 +348,7 @@ __device__ bool chooseSendRecv(const Plan& p, Waiter& w, int ch, const commDevSt
     uint64_t rpos = wantRecv ? loadVolatile(rc->pos) : 0;
     uint64_t t0 = w.h->trace ? globalTimer() : 0;
     uint32_t d[2];
+    w.waitConn[0] = wantSend ? sc : NULL, w.waitConn[1] = wantRecv ? rc : NULL;
     for (;;) {
       if (wantSend && loadVolatile(sc->tail) + nSlots >= spos + 1) {
         action = 1;
@@ -543,16 +549,20 @@ __global__ void __launch_bounds__(COMM_DEV_THREADS, 1) execKernel(const __grid_c
   }
   if (threadIdx.x == 0) sLLErr = 0;
   __syncthreads(); /* every warp may read it first (an LL batch) */
-  Waiter w = {h, globalTimer(), 0, 0, 0};
+  Waiter w = {h, {NULL, NULL}, globalTimer(), 0, 0, 0};
   const uint64_t start = w.lastProgress;
+  if (h->proxyBusy && threadIdx.x == 0) { /* the proxy thread moves our net FIFOs while we run */
+    *(volatile uint32_t*)&h->proxyBusy[ch] = 1;
+    __threadfence_system();
+  }
   for (int s = h->stepBegin[ch]; s < h->stepBegin[ch + 1]; s++) {
     const int m = llBatchLength(p, steps, s, h->stepBegin[ch + 1]);
     if (m > 1) {
-      if (!runBatchLL(p, w, ch, steps + s, m)) return;
+      if (!runBatchLL(p, w, ch, steps + s, m)) goto done;
       s += m - 1;
     } else {
       commDevStep st = steps[s];
-      if (!runStep(p, w, ch, &st)) return;
+      if (!runStep(p, w, ch, &st)) goto done;
     }
     __syncthreads();
     if (h->trace && ch == 0 && threadIdx.x == 0 && s < COMM_DEV_TRACE_STEPS) h->trace[8 + s] = globalTimer();
@@ -564,6 +574,11 @@ __global__ void __launch_bounds__(COMM_DEV_THREADS, 1) execKernel(const __grid_c
     t[2] = w.waitNs;
     t[3] = w.nWaits;
     t[4] = w.firstWaitEnd;
+  }
+done:
+  if (h->proxyBusy && threadIdx.x == 0) { /* thread 0 stored every head of this block before */
+    __threadfence_system();
+    *(volatile uint32_t*)&h->proxyBusy[ch] = 0;
   }
 }
 

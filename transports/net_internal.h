@@ -1,0 +1,77 @@
+/* The net transport's state, shared by transports/net.c (plugins, connections, the host executor's proxy)
+ * and transports/net_dev.c (device-buffer connections and the proxy thread that moves them). */
+#ifndef COMM_NET_INTERNAL_H_
+#define COMM_NET_INTERNAL_H_
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "comm_net.h"
+#include "core.h"
+#include "exec_dev.h"
+#include "transport.h"
+
+#define NET_MAX_DEVS 64
+
+struct commNetState {
+  const commNet_t* net;
+  int nDevs;                  /* the plugin's devices (at most NET_MAX_DEVS are used) */
+  char devName[NET_MAX_DEVS][64];
+  int fromLibrary; /* holds a reference on the loaded plugin library */
+  /* Proxy thread. listLock guards comm->netConns against the proxy (the owner thread reads it freely). */
+  struct commComm* comm;
+  pthread_mutex_t listLock;
+  pthread_t proxy;
+  int proxyStarted;
+  int proxyStop;      /* atomic */
+  pthread_mutex_t wakeLock; /* guards wanted, proxyStop's wake-up */
+  pthread_cond_t wake;
+  int wanted;         /* the executor left sends pending: the proxy should run */
+  uint64_t execCalls; /* progress() calls from the executor (atomic, relaxed) */
+  /* Device-buffer connections (net_dev.c): their own list (under listLock) and proxy thread, which moves
+   * them all the time a kernel of this comm that uses them runs (its blocks set busy words) and a while
+   * after each launch (devKickNs). */
+  commConn** devConns;
+  int nDevConns, devConnsCap;
+  pthread_t devProxy;
+  int devProxyStarted;
+  int devProxyStop;            /* atomic */
+  volatile uint32_t* devBusy;  /* [COMM_MAX_CHANNELS] in mapped host memory: block c of a running kernel */
+  uint32_t* devBusyDev;        /* the same words, as kernels address them */
+  int64_t devKickNs;           /* atomic: when the owner last launched a plan using device connections */
+};
+
+typedef struct {
+  const commNet_t* net;
+  int dev;
+  void* listenComm;
+  void* sendComm;
+  void* recvComm;
+  void* mhandle;
+  void* mem;       /* the FIFO: ctrl page, then slots */
+  void* memDev;    /* onDevice: the same memory as the kernel addresses it (mapped, pinned) */
+  int onDevice;    /* a device-buffer connection: moved by the device proxy thread only */
+  int cudaDev;
+  void* reqs[COMM_NSLOTS];
+  uint64_t posted; /* isend/irecv posted */
+  uint64_t done;   /* completed, in order */
+  int failed;
+  int reported;    /* onDevice: the failure was reported (device proxy thread) */
+  int busy; /* try-lock between the executor and the proxy thread */
+} netPriv;
+
+/* net.c */
+int netFailed(const netPriv* p);
+/* Post sends for the slots filled up to head / receives on every free slot, and retire completed requests
+ * in order (tail / sizes and head). */
+commResult_t netProgressSend(commConn* conn, netPriv* p);
+commResult_t netProgressRecv(commConn* conn, netPriv* p);
+
+/* net_dev.c */
+commResult_t netDevRegister(struct commComm* comm, commConn* conn);
+void netDevUnregister(struct commComm* comm, commConn* conn);
+/* Stop the device proxy thread and free its words (commNetFinalize, after every connection closed). */
+void netDevStop(struct commNetState* st);
+commResult_t netDevConn(const commConn* conn, struct commDevConn* out);
+
+#endif
