@@ -35,6 +35,7 @@ typedef struct {
   int device; /* memHost or memDevice once perfMain has resolved memAuto */
   int graphs; /* -G: launches of the graph of `iters` captured calls; 0: plain calls. Only with device memory */
   int nprocs, nthreads;
+  int hostPerProc; /* -H: with -np, each process a host of its own (COMM_HOSTID) */
   int types[commNumTypes], ntypes;
   int ops[opNum], nops;
 } perfOpts_t;
@@ -64,6 +65,8 @@ static void usage(FILE* f) {
           "                            calls (default 0). Ignored with host memory\n"
           "  -np, --nprocs <n>         fork n local processes\n"
           "  -t, --nthreads <n>        ranks per process, one thread each (default 1)\n"
+          "  -H, --hostperproc <0|1>   with -np: 1 makes each process a host of its own (COMM_HOSTID), so\n"
+          "                            ranks of different processes talk over the network (default 0)\n"
           "  -h, --help\n"
           "Without -np, ranks come from the environment: COMM_RANK/COMM_NRANKS/COMM_ROOT; torchrun's\n"
           "RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT; or, when COMM_ROOT is set, OMPI_COMM_WORLD_RANK/SIZE,\n"
@@ -136,9 +139,10 @@ static int parseArgs(int argc, char** argv) {
       {"-b", NULL, "--minbytes"}, {"-e", NULL, "--maxbytes"}, {"-f", NULL, "--stepfactor"},
       {"-i", NULL, "--stepbytes"}, {"-n", NULL, "--iters"}, {"-w", NULL, "--warmup_iters"},
       {"-c", NULL, "--check"}, {"-d", NULL, "--datatype"}, {"-o", NULL, "--op"}, {"-r", NULL, "--root"},
-      {"-M", "-m", "--memory"}, {"-np", NULL, "--nprocs"}, {"-t", NULL, "--nthreads"}, {"-G", NULL, "--cudagraph"}};
+      {"-M", "-m", "--memory"}, {"-np", NULL, "--nprocs"}, {"-t", NULL, "--nthreads"}, {"-G", NULL, "--cudagraph"},
+      {"-H", NULL, "--hostperproc"}};
   int factorSet = 0, stepSet = 0;
-  opts = (perfOpts_t){8, 64u << 20, 1u << 20, 2, 20, 5, 1, 0, memAuto, 0, 0, 1, {commFloat32}, 1, {opSum}, 1};
+  opts = (perfOpts_t){8, 64u << 20, 1u << 20, 2, 20, 5, 1, 0, memAuto, 0, 0, 1, 0, {commFloat32}, 1, {opSum}, 1};
   for (int a = 1; a < argc; a++) {
     const char* arg = argv[a];
     if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) { usage(stdout); return 1; }
@@ -178,6 +182,7 @@ static int parseArgs(int argc, char** argv) {
       case 11: bad = perfParseInt(val, 1, &opts.nprocs); break;
       case 12: bad = perfParseInt(val, 1, &opts.nthreads); break;
       case 13: bad = perfParseInt(val, 0, &opts.graphs); break;
+      case 14: bad = perfParseInt(val, 0, &opts.hostPerProc) || opts.hostPerProc > 1; break;
       default: bad = 1; break;
     }
     if (bad) { fprintf(stderr, "%s: bad value '%s' for %s\n", progName, val, arg); return -1; }
@@ -780,6 +785,6 @@ int perfMain(const perfColl_t* c, int argc, char** argv) {
   if (!opts.device && opts.graphs > 0) graphIgnored = 1, opts.graphs = 0; /* rank 0 says so */
   if (opts.device && cudaLoad()) return 1;
   setvbuf(stdout, NULL, _IOLBF, 0);
-  perfLaunch_t l = {progName, opts.nprocs, opts.nthreads, checkRoot, runRank};
+  perfLaunch_t l = {progName, opts.nprocs, opts.nthreads, opts.hostPerProc, checkRoot, runRank};
   return perfLaunch(&l);
 }

@@ -131,6 +131,11 @@ static int runForked(void) {
         got += (size_t)k;
       }
       close(fd[0]);
+      if (L->hostPerProc) {
+        char host[32];
+        snprintf(host, sizeof(host), "perf-host-%d", p);
+        setenv("COMM_HOSTID", host, 1);
+      }
       int rc = runThreads(&id, p * L->nthreads, nranks, p * L->nthreads);
       fflush(stdout);
       exit(rc);

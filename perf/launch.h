@@ -12,6 +12,7 @@ typedef struct {
   const char* progName; /* prefix of the messages */
   int nprocs;           /* -np: fork this many processes; 0: ranks come from the launcher environment */
   int nthreads;         /* -t: ranks per process, one thread each */
+  int hostPerProc;      /* -H 1: each forked process sets COMM_HOSTID=perf-host-<p> (a host of its own) */
   /* Called once the total rank count is known, before any rank starts; prints why and returns
    * nonzero to refuse it (exit status 2). */
   int (*checkRanks)(int nranks);

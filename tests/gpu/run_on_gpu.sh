@@ -36,7 +36,9 @@ TESTS=("tests/test_gpu_reduce" "tests/test_gpu_comm_device" "tests/test_gpu_coll
        "COMM_DEV_LL_MAX=1048576 tests/test_gpu_coll -q -g 8 -n 8"
        "COMM_DEV_LL_MAX=1048576 tests/test_gpu_coll -g 4 -n 4" "COMM_DEV_LL_MAX=4096 tests/test_gpu_comm_device"
        "COMM_DEV_LL_MAX=4096 COMM_DEV_LL_BATCH=0 tests/test_gpu_coll -q -g 4 -n 4"
-       "tests/gpu/torch_dropin.sh 2")
+       "tests/gpu/torch_dropin.sh 2" "CUDA_VISIBLE_DEVICES=0 tests/gpu/torch_dropin.sh 2"
+       "tests/test_gpu_coll -q -p 2 -H" "tests/test_gpu_coll -p 4 -H" "COMM_P2P_DISABLE=1 tests/test_gpu_coll -q -p 2"
+       "COMM_P2P_DISABLE=1 tests/test_gpu_coll -q -n 2,4" "tests/test_gpu_coll -q -g 2 -p 2 -H")
 # compute-sanitizer runs on a representative subset: memcheck on these, racecheck (shared memory) too. It
 # runs the kernels of one process one at a time, so ranks that wait on each other are processes here.
 SANITIZED=("tests/test_gpu_coll -q -n 1" "tests/test_gpu_coll -q -p 2")
@@ -45,7 +47,7 @@ BENCHES=("bench/gpu_launch_bench -n 10000 -r 9" "bench/gpu_reduce_bench -s 26843
          "perf/allreduce_perf -M device -t 2 -b 8 -e 256M -f 4 -w 5 -n 20"
          "perf/allreduce_perf -M device -t 2 -b 8 -e 64K -f 8 -w 5 -n 200 -G 10"
          "perf/allreduce_perf -M device -t 8 -b 1M -e 1G -f 8 -w 2 -n 5"
-         "bench/nccl_compare.sh -r 3"
+         "bench/nccl_compare.sh -r 3" "bench/net_device_compare.sh 2"
          "TC_NP=@NGPUS@ TC_MAX=1G bench/tuner_check.sh 3 -- -M device"
          "TC_NP=@NGPUS@ TC_MAX=1G TC_COLL=allgather bench/tuner_check.sh 3 -- -M device")
 # A case whose command is a script of the source tree (bench/*.sh) runs from here with BUILD as its first

@@ -18,6 +18,9 @@
  *    stream within 10 s.
  * -q: quick (int32, float32, bfloat16, float8e4m3; counts 1, 1001, 65537), e.g. under compute-sanitizer.
  * -p N: N forked processes (N >= 2), one N-rank communicator, the cases above but the graph, timeout and abort.
+ * -H (with -p): each process a host of its own (COMM_HOSTID), so device buffers go between "hosts" through the
+ *    net transport's pinned host staging and its proxy thread; the graph case runs too (replays the proxy
+ *    learns of only from the kernel).
  * Ranks agree through a barrier after each device call: a call that failed on some ranks only (their peers would
  * wait forever) aborts the run instead of hanging. Public API only. Exit 0 when every case passed, 77 without
  * a GPU. SPDX-License-Identifier: Apache-2.0 */
@@ -38,6 +41,8 @@
 #include "comm.h"
 
 #define MAXR 64
+
+static int ownHostsMode; /* -H */
 #define BIG (((size_t)1 << 20) + 3)
 #define MAX_PRINTED 20
 
@@ -514,7 +519,7 @@ static int runAll(rankCtx* x) {
     RUN(.coll = k, .type = commFloat32, .op = commSum, .dop = commSum, .opName = "sum", .count = 1001,
         .async = 1, .scale = 1);
   if (runMixed(x) < 0) return -1;
-  if (!x->procMode && runGraph(x) < 0) return -1;
+  if ((!x->procMode || ownHostsMode) && runGraph(x) < 0) return -1; /* -H: graph replays drive the proxy */
   return 0;
 }
 
@@ -661,7 +666,7 @@ static int initShared(int n) {
 
 /* -p N: N forked processes, one rank each, rank r on device r % nGpus. Fork first, then make the id and send
  * it down pipes: the parent never touches CUDA and has no libcomm thread running when it forks. */
-static int processMode(int n, int nGpus, int quick) {
+static int processMode(int n, int nGpus, int quick, int ownHosts) {
   int fds[MAXR][2];
   pid_t pid[MAXR], parent = getpid();
   if (initShared(n) != 0) return 2;
@@ -674,6 +679,11 @@ static int processMode(int n, int nGpus, int quick) {
     if (pid[r] == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(3);
+      if (ownHosts) { /* -H: every process a host of its own, so device buffers cross "hosts" over the network */
+        char host[32];
+        snprintf(host, sizeof(host), "gpu-coll-host-%d", r);
+        setenv("COMM_HOSTID", host, 1);
+      }
       static rankCtx x = {.procMode = 1};
       x.quick = quick;
       x.n = n;
@@ -731,14 +741,15 @@ static int processMode(int n, int nGpus, int quick) {
 
 int main(int argc, char** argv) {
   const char* list = "1,2,4,8";
-  int quick = 0, proc = 0, nGpus = 1, opt;
-  while ((opt = getopt(argc, argv, "n:qp:g:")) != -1) {
+  int quick = 0, proc = 0, nGpus = 1, ownHosts = 0, opt;
+  while ((opt = getopt(argc, argv, "n:qp:g:H")) != -1) {
     if (opt == 'n') list = optarg;
     else if (opt == 'q') quick = 1;
+    else if (opt == 'H') ownHosts = ownHostsMode = 1;
     else if (opt == 'p') proc = atoi(optarg);
     else if (opt == 'g') nGpus = atoi(optarg);
     if (opt == '?' || (opt == 'p' && (proc < 2 || proc > MAXR)) || (opt == 'g' && (nGpus < 1 || nGpus > MAXR))) {
-      fprintf(stderr, "usage: %s [-n 1,2,4,8] [-q] [-p processes (2..%d)] [-g GPUs]\n", argv[0], MAXR);
+      fprintf(stderr, "usage: %s [-n 1,2,4,8] [-q] [-p processes (2..%d) [-H]] [-g GPUs]\n", argv[0], MAXR);
       return 2;
     }
   }
@@ -747,7 +758,11 @@ int main(int argc, char** argv) {
   sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (sh == MAP_FAILED) return 2;
   memset(sh, 0, sizeof(*sh));
-  if (proc) return processMode(proc, nGpus, quick);
+  if (proc) return processMode(proc, nGpus, quick, ownHosts);
+  if (ownHosts) {
+    fprintf(stderr, "test_gpu_coll: -H needs -p (each process is a host)\n");
+    return 2;
+  }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < nGpus) {
     printf("test_gpu_coll: SKIP (%d CUDA devices, %d asked for)\n", ndev, nGpus);

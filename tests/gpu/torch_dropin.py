@@ -3,6 +3,7 @@
 # 50 steps against one process training on the combined batch. Both ranks may share one GPU (the drop-in
 # allows it; NCCL does not). Prints PASS/FAIL lines; exit status 0 when everything passed.
 # SPDX-License-Identifier: Apache-2.0
+import ctypes
 import os
 import sys
 
@@ -96,6 +97,19 @@ def train_single(world, dev):
     return loss.item(), [p.detach().cpu() for p in net.parameters()]
 
 
+def nccl_resolved_from():
+    """The file that ncclCommInitRank resolves to in this process's global scope, the one PyTorch's calls
+    bind to (torch may also map its own libnccl by path: its symbols then lose to the preloaded drop-in)."""
+    addr = ctypes.cast(ctypes.CDLL(None).ncclCommInitRank, ctypes.c_void_p).value
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split()
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            if lo <= addr < hi and len(fields) >= 6:
+                return fields[5]
+    return "?"
+
+
 def main():
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     ngpu = torch.cuda.device_count()
@@ -104,6 +118,10 @@ def main():
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
     failures = []
     print(f"rank {rank}: NCCL version as torch sees it: {torch.cuda.nccl.version()}", flush=True)
+    lib = nccl_resolved_from()
+    want = os.environ.get("LIBCOMM_DROPIN", "")
+    check(os.path.realpath(lib) == os.path.realpath(want), f"rank {rank}: ncclCommInitRank resolves to the "
+          f"drop-in {want} (found in {lib})", failures)
     collectives(rank, world, dev, failures)
     loss, params = train_ddp(rank, world, dev)
     if rank == 0:

@@ -13,7 +13,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null || { echo "torch_dropin: SKIP (no torch with CUDA)"; exit 77; }
 log=${OUT:-/tmp}/torch_dropin.txt
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
-LD_PRELOAD="$lib" COMM_DEBUG=${COMM_DEBUG:-WARN} timeout 600 python3 -m torch.distributed.run --standalone \
+LD_PRELOAD="$lib" LIBCOMM_DROPIN="$lib" COMM_DEBUG=${COMM_DEBUG:-WARN} timeout 600 python3 -m torch.distributed.run --standalone \
   --nproc_per_node="$nproc" "$here/torch_dropin.py" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 echo "torch_dropin: exit $rc (log $log)"
