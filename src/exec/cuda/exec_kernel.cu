@@ -215,6 +215,98 @@ __device__ __forceinline__ void move(const Plan& p, void* d0, void* d1, const vo
 
 /* ---- Waiting (thread 0) ---- */
 
+/* ---- Reduce chains: COPY d = s0, then REDUCE d = d op s1, ..., d op s(m-1) as one pass ----
+ * The end of a one-shot allreduce (and any schedule that folds several buffers into one): each thread
+ * loads its element of every source and folds them in order, rounding to the element type after each op
+ * exactly as the separate steps would, and stores once: one barrier and one round of memory latency
+ * instead of m. */
+#define CHAIN_MAX_BYTES (64 << 10) /* small steps only: large folds keep the steps' unrolled copies */
+
+template <class F, int KIND>
+__device__ void chainT(void* dv, const commDevStep* sts, int m, size_t n, DevArgs args, int postLast, bool vec) {
+  typedef typename F::S S;
+  const int per = sizeof(uint4) / sizeof(S);
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const size_t nVec = vec ? n / per : 0;
+  for (size_t v = tid; v < nVec; v += nt) {
+    uint4 x = __ldcg((const uint4*)sts[0].src + v);
+    for (int k = 1; k < m; k++) {
+      uint4 y = __ldcg((const uint4*)sts[k].src + v);
+      args.post = k == m - 1 ? postLast : 0;
+      x = opVec<F, KIND>(x, &y, args);
+    }
+    ((uint4*)dv)[v] = x;
+  }
+  for (size_t i = nVec * per + tid; i < n; i += nt) {
+    S x = ldcg((const S*)sts[0].src + i);
+    for (int k = 1; k < m; k++) {
+      args.post = k == m - 1 ? postLast : 0;
+      x = Elem<F>::red(KIND, x, ldcg((const S*)sts[k].src + i), args);
+    }
+    ((S*)dv)[i] = x;
+  }
+}
+
+template <class F>
+__device__ void chainKind(int kind, void* d, const commDevStep* sts, int m, size_t n, const DevArgs& args, int post,
+                          bool vec) {
+  switch (kind) {
+    case COMM_REDOP_SUM: chainT<F, COMM_REDOP_SUM>(d, sts, m, n, args, post, vec); break;
+    case COMM_REDOP_PROD: chainT<F, COMM_REDOP_PROD>(d, sts, m, n, args, post, vec); break;
+    case COMM_REDOP_MAX: chainT<F, COMM_REDOP_MAX>(d, sts, m, n, args, post, vec); break;
+    case COMM_REDOP_MIN: chainT<F, COMM_REDOP_MIN>(d, sts, m, n, args, post, vec); break;
+    case COMM_REDOP_PREMULSUM: chainT<F, COMM_REDOP_PREMULSUM>(d, sts, m, n, args, post, vec); break;
+    default: chainT<F, COMM_REDOP_SUMPOSTDIV>(d, sts, m, n, args, post, vec); break;
+  }
+}
+
+/* Steps [s, s + m) that fold into one pass (0 or 1: none): a COPY without pre/post, then REDUCEs into the
+ * same destination with the same count, none with pre, only the last with post, no source overlapping the
+ * destination (unless it is the COPY's source and equal to it), all of at most CHAIN_MAX_BYTES. */
+__device__ int reduceChainLength(const Plan& p, const commDevStep* steps, int s, int end) {
+  const commDevStep& a = steps[s];
+  const size_t bytes = a.count * p.h->eltSize;
+  if (a.prim != COMM_PRIM_COPY || a.flags != 0 || a.count == 0 || bytes > CHAIN_MAX_BYTES) return 0;
+  if (a.src != a.dst && a.src < a.dst + bytes && a.dst < a.src + bytes) return 0;
+  int m = 1;
+  for (int k = s + 1; k < end; k++) {
+    const commDevStep& b = steps[k];
+    if (b.prim != COMM_PRIM_REDUCE || b.dst != a.dst || b.count != a.count || (b.flags & COMM_STEP_PRE)) break;
+    if (b.src < a.dst + bytes && a.dst < b.src + bytes) break;
+    m++;
+    if (b.flags & COMM_STEP_POST) break; /* post ends a fold */
+  }
+  return m;
+}
+
+/* The block runs the chain sts[0..m) (reduceChainLength). */
+__device__ __noinline__ void runReduceChain(const Plan& p, const commDevStep* sts, int m) {
+  const commDevPlanHdr* h = p.h;
+  const size_t n = sts[0].count;
+  bool vec = (sts[0].dst & 15) == 0;
+  for (int k = 0; k < m && vec; k++) vec = (sts[k].src & 15) == 0;
+  const int post = (sts[m - 1].flags & COMM_STEP_POST) != 0;
+  DevArgs args = {p.scalarBits, h->divisor, 0, 0};
+  void* d = (void*)sts[0].dst;
+  int kind = h->redopKind;
+#define CHAIN_CALL(F) chainKind<F>(kind, d, sts, m, n, args, post, vec)
+  switch (h->dtype) {
+    case commInt8: CHAIN_CALL(I8Fam); break;
+    case commUint8: CHAIN_CALL(U8Fam); break;
+    case commInt32: CHAIN_CALL(I32Fam); break;
+    case commUint32: CHAIN_CALL(U32Fam); break;
+    case commInt64: CHAIN_CALL(I64Fam); break;
+    case commUint64: CHAIN_CALL(U64Fam); break;
+    case commFloat16: CHAIN_CALL(HalfFam); break;
+    case commFloat32: CHAIN_CALL(F32Fam); break;
+    case commFloat64: CHAIN_CALL(F64Fam); break;
+    case commBfloat16: CHAIN_CALL(Bf16Fam); break;
+    case commFloat8e4m3: CHAIN_CALL(E4m3Fam); break;
+    default: CHAIN_CALL(E5m2Fam); break;
+  }
+#undef CHAIN_CALL
+}
+
 struct Waiter {
   const commDevPlanHdr* h;
   const commDevConn* waitConn[2]; /* the connections thread 0 waits on (their proxy may report a failure) */
@@ -557,9 +649,13 @@ __global__ void __launch_bounds__(COMM_DEV_THREADS, 1) execKernel(const __grid_c
   }
   for (int s = h->stepBegin[ch]; s < h->stepBegin[ch + 1]; s++) {
     const int m = llBatchLength(p, steps, s, h->stepBegin[ch + 1]);
-    if (m > 1) {
+    const int chain = m ? 0 : reduceChainLength(p, steps, s, h->stepBegin[ch + 1]);
+    if (m > 0) {
       if (!runBatchLL(p, w, ch, steps + s, m)) goto done;
       s += m - 1;
+    } else if (chain > 1) {
+      runReduceChain(p, steps + s, chain);
+      s += chain - 1;
     } else {
       commDevStep st = steps[s];
       if (!runStep(p, w, ch, &st)) goto done;

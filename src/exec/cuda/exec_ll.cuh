@@ -187,15 +187,16 @@ __device__ bool runStepLL(const Plan& p, Waiter& w, int ch, const commDevStep* s
 
 __shared__ int sLLErrPeer, sLLErrSend;
 
-/* Steps [s, s + m) of the channel that can run as one batch (1: run s alone): the same primitive, SEND or
+/* Steps [s, s + m) of the channel that can run as one batch (0: step s cannot): the same primitive, SEND or
  * RECV, no pre/post operation, one LL piece each, every step on a connection of its own (connection
  * indices strictly increasing: one read per step, and what a one-shot's steps give, as each step's peer is
- * a connection the plan has not used before). */
+ * a connection the plan has not used before). A batch of one is worth it too: its lines go straight from
+ * the source (into the destination), without the staging copy and the barriers around it. */
 __device__ int llBatchLength(const Plan& p, const commDevStep* steps, int s, int end) {
   const commDevPlanHdr* h = p.h;
-  if (!h->llBatch || h->proto != commProtoLL) return 1;
+  if (!h->llBatch || h->proto != commProtoLL) return 0;
   const commDevStep& a = steps[s];
-  if ((a.prim != COMM_PRIM_SEND && a.prim != COMM_PRIM_RECV) || a.flags != 0) return 1;
+  if ((a.prim != COMM_PRIM_SEND && a.prim != COMM_PRIM_RECV) || a.flags != 0) return 0;
   const bool send = a.prim == COMM_PRIM_SEND;
   int m = 0, lastConn = -1;
   for (int k = s; k < end; k++) {
@@ -206,7 +207,7 @@ __device__ int llBatchLength(const Plan& p, const commDevStep* steps, int s, int
     lastConn = conn;
     m++;
   }
-  return m < 1 ? 1 : m;
+  return m;
 }
 
 /* A failure one lane saw: the first one is kept, with its peer, for the block to report. */
