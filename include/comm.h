@@ -121,7 +121,8 @@ commResult_t commInitAll(comm_t* comms, int ndev, const int* devlist);
 commResult_t commSplit(comm_t comm, int color, int key, comm_t* newcomm, commConfig_t* config);
 /* A new communicator of every rank of comm but the nExclude listed (e.g. failed ones), in their order; only
  * the survivors call it (the excluded ranks take no part, and may be gone). flags: COMM_SHRINK_DEFAULT
- * (COMM_SHRINK_ABORT, which would first end the parent's operations, is commInvalidUsage: end them first).
+ * or COMM_SHRINK_ABORT, which first ends the parent's operations on device buffers (its kernels stop; the
+ * parent then reports commRemoteError and is only good for commAbort/commDestroy).
  * config NULL: the parent's blocking mode and timeout. */
 #define COMM_SHRINK_DEFAULT 0x00
 #define COMM_SHRINK_ABORT 0x01

@@ -3,8 +3,7 @@
  * through; what differs is translated here: the config struct (read only up to the caller's `size`),
  * libcomm's timeout result (NCCL has none: a peer that stopped answering is ncclRemoteError), the in-place
  * ncclBcast, windows (registrations whose flags are checked here), ncclMemAlloc (CUDA driver memory). What
- * libcomm does not provide returns ncclInvalidUsage with a WARN saying so (ncclCommRevoke, ncclCommShrink's
- * NCCL_SHRINK_ABORT, the device API). Every function is defined as pncclX, with ncclX a weak alias, as
+ * libcomm does not provide returns ncclInvalidUsage with a WARN saying so (ncclCommRevoke, the device API). Every function is defined as pncclX, with ncclX a weak alias, as
  * NCCL's profiling interface expects. Only nccl* and pnccl* symbols
  * leave the library (libnccl.map). SPDX-License-Identifier: Apache-2.0 */
 #include "nccl.h"

@@ -6,6 +6,7 @@
 #include "bootstrap.h"
 #include "core.h"
 #include "enqueue.h"
+#include "exec_dev.h"
 #include "utils.h"
 
 #define COMM_TAG_SPLIT 0x20000000 /* transports use 0x40000000 and up */
@@ -121,13 +122,15 @@ COMM_API commResult_t commShrink(comm_t comm, const int* excludeRanks, int nExcl
     goto out;
   }
   *newcomm = NULL;
-  if (flags & COMM_SHRINK_ABORT) {
-    WARN("commShrink: COMM_SHRINK_ABORT is not provided: end the parent's operations first (they fail with an "
-         "error once the excluded ranks stop answering), then shrink");
-    res = commInvalidUsage;
-    goto out;
-  }
   COMMCHECKGOTO(commCheckConfig(config), res, out);
+  if (flags & COMM_SHRINK_ABORT) {
+    /* End the parent's operations first: its kernels stop (waits for the excluded ranks, perhaps dead, would
+     * otherwise last until the timeout) and the parent keeps commRemoteError. Its bootstrap stays usable. */
+    commDevAbort(comm);
+    commResult_t stopped = commDevSync(comm);
+    INFO(COMM_INIT, "commShrink: rank %d stopped the parent's device operations (%s)", comm->rank,
+         commGetErrorString(stopped));
+  }
   COMMCHECKGOTO(commCalloc(&excl, (size_t)(nExclude > 0 ? nExclude : 1), sizeof(int)), res, out);
   if (nExclude > 0) memcpy(excl, excludeRanks, (size_t)nExclude * sizeof(int));
   qsort(excl, (size_t)nExclude, sizeof(int), intCompare);

@@ -8,8 +8,7 @@
  *  - ncclCommSplit into even and odd ranks, rank 0 passing NCCL_SPLIT_NOCOLOR (gets NULL);
  *  - register/deregister and window handles: a foreign handle is refused;
  *  - ncclCommShrink excluding the last rank, which does not call it (as a failed rank would not): the
- *    survivors' new communicator allreduces right; the last rank excluding itself is refused, and so is
- *    NCCL_SHRINK_ABORT; ncclCommRevoke, the device API's ncclDevCommCreate: ncclInvalidUsage (not
+ *    survivors' new communicator allreduces right; the last rank excluding itself is refused; ncclCommRevoke, the device API's ncclDevCommCreate: ncclInvalidUsage (not
  *    provided); ncclTeamWorld is the world team; ncclGroupSimulateEnd estimates a group without running it;
  *  - ncclCommAbort from a watchdog thread while this thread waits in an allreduce nobody else joins
  *    (the last rank only; the others have finished): the call returns an error instead of hanging;
@@ -187,7 +186,6 @@ static int rankMain(ncclUniqueId id, ncclUniqueId abortId) {
     CHECK(ncclCommShrink(comm, &excl, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument && !shrunk,
           "excluding itself");
   } else {
-    CHECK(ncclCommShrink(comm, &excl, 1, &shrunk, NULL, NCCL_SHRINK_ABORT) == ncclInvalidUsage, "SHRINK_ABORT");
     NCCLOK(ncclCommShrink(comm, &excl, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT));
     int sc = 0, sr = -1;
     NCCLOK(ncclCommCount(shrunk, &sc));
