@@ -218,8 +218,13 @@ __device__ void llBatchFail(int code, int peer, int isSend) {
   }
 }
 
-/* One warp sends step st's piece: lane 0 waits for a free slot, the lanes write the lines. */
-__device__ void llWarpSend(const Plan& p, Waiter& w, const commDevStep* st, int lane) {
+/* Warps `part` of `parts` of the block's share of one step: each warp takes lines part*32 + lane, stride
+ * parts*32 (a step with few peers gets several warps, so a piece of 4 KiB is not 16 dependent round trips
+ * of one warp). Positions are read here and advanced by runBatchLL after the block's barrier, once every
+ * warp of the step has read them. */
+
+/* Send step st's lines: lane 0 of each warp waits for the slot to be free, the lanes write the lines. */
+__device__ void llWarpSend(const Plan& p, Waiter& w, const commDevStep* st, int lane, int part, int parts) {
   const commDevConn* c = &p.conns[st->sendConn];
   const uint32_t nSlots = p.h->nSlots;
   const size_t bytes = st->count * p.h->eltSize, nLines = (bytes + 7) / 8;
@@ -227,6 +232,7 @@ __device__ void llWarpSend(const Plan& p, Waiter& w, const commDevStep* st, int 
   int r = COMM_DEV_OK;
   if (lane == 0) { /* (this lane's own clock for the timeout: the wait starts now) */
     w.lastProgress = globalTimer();
+    w.waitConn[0] = c, w.waitConn[1] = NULL;
     r = waitAtLeast(w, c->tail, pos + 1 > nSlots ? pos + 1 - nSlots : 0);
   }
   r = __shfl_sync(0xffffffffu, r, 0);
@@ -236,13 +242,12 @@ __device__ void llWarpSend(const Plan& p, Waiter& w, const commDevStep* st, int 
   }
   char* slot = c->llSlots + (pos % nSlots) * COMM_DEV_LL_SLOT_BYTES;
   const uint32_t flag = (uint32_t)(pos + 1);
-  for (size_t l = lane; l < nLines; l += 32) llPutLine(slot, l, llSourceLine((const char*)st->src, bytes, l), flag);
-  __syncwarp();
-  if (lane == 0) storeVolatile(c->pos, pos + 1);
+  for (size_t l = (size_t)part * 32 + lane; l < nLines; l += (size_t)parts * 32)
+    llPutLine(slot, l, llSourceLine((const char*)st->src, bytes, l), flag);
 }
 
-/* One warp receives step st's piece: the lanes poll their lines and write the data to the destination. */
-__device__ void llWarpRecv(const Plan& p, const commDevStep* st, int lane) {
+/* Receive step st's lines: the lanes poll theirs and write the data to the destination. */
+__device__ void llWarpRecv(const Plan& p, const commDevStep* st, int lane, int part, int parts) {
   const commDevPlanHdr* h = p.h;
   const commDevConn* c = &p.conns[st->recvConn];
   const size_t bytes = st->count * h->eltSize, nLines = (bytes + 7) / 8;
@@ -250,33 +255,39 @@ __device__ void llWarpRecv(const Plan& p, const commDevStep* st, int lane) {
   const char* slot = c->llSlots + (pos % h->nSlots) * COMM_DEV_LL_SLOT_BYTES;
   const uint32_t flag = (uint32_t)(pos + 1);
   uint64_t start = 0;
-  bool ok = true;
-  for (size_t l = lane; l < nLines && ok; l += 32) {
+  for (size_t l = (size_t)part * 32 + lane; l < nLines; l += (size_t)parts * 32) {
     uint32_t d[2];
     int r = llWaitLine(h, slot + l * 16, flag, d, &start);
     if (r > 0) llBatchFail(r, st->recvPeer, 0);
-    ok = r == COMM_DEV_OK;
-    if (ok) llWriteLine((char*)st->dst, bytes, l, d[0], d[1]);
+    if (r != COMM_DEV_OK) return;
+    llWriteLine((char*)st->dst, bytes, l, d[0], d[1]);
   }
-  ok = __all_sync(0xffffffffu, ok);
-  if (ok && lane == 0) releaseRecv(c, pos);
 }
 
-/* Steps sts[0..m) as one batch (llBatchLength). false: the block stops (failure recorded). */
+/* Steps sts[0..m) as one batch (llBatchLength). With fewer steps than warps, each step gets nWarps / m
+ * warps; otherwise each warp takes steps k, k + nWarps, ... Every position moves after the block's barrier.
+ * false: the block stops (failure recorded). */
 __device__ bool runBatchLL(const Plan& p, Waiter& w, int ch, const commDevStep* sts, int m) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nWarps = blockDim.x / 32;
   const bool send = sts[0].prim == COMM_PRIM_SEND;
-  for (int k = warp; k < m; k += nWarps) {
+  const int parts = m >= nWarps ? 1 : nWarps / m;
+  for (int k = warp / parts; k < m && warp < parts * (m < nWarps ? m : nWarps); k += nWarps / parts) {
     if (*(volatile int*)&sLLErr) break;
     commDevStep st = sts[k];
-    if (send) llWarpSend(p, w, &st, lane);
-    else llWarpRecv(p, &st, lane);
+    if (send) llWarpSend(p, w, &st, lane, warp % parts, parts);
+    else llWarpRecv(p, &st, lane, warp % parts, parts);
   }
   __syncthreads();
   int r = *(volatile int*)&sLLErr;
   if (r != COMM_DEV_OK) {
     if (threadIdx.x == 0) reportError(p.h, r, ch, sLLErrPeer, sLLErrSend, 0, 0);
     return false;
+  }
+  for (int k = threadIdx.x; k < m; k += blockDim.x) { /* every line of step k is written (read) */
+    const commDevConn* c = &p.conns[send ? sts[k].sendConn : sts[k].recvConn];
+    const uint64_t pos = loadVolatile(c->pos);
+    if (send) storeVolatile(c->pos, pos + 1);
+    else releaseRecv(c, pos);
   }
   if (threadIdx.x == 0) w.lastProgress = globalTimer();
   return true;
