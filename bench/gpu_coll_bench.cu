@@ -82,6 +82,9 @@ static void* rankMain(void* p) {
   CK(cudaMalloc((void**)&out, a->bytes));
   CK(cudaMemset(buf, 0, a->bytes));
   int n = a->mode == 2 ? 5 : calls;
+  /* Every rank allocated before any launches: a kernel waiting for a peer still inside cudaMalloc could
+   * otherwise keep that cudaMalloc waiting (both ranks share one GPU). */
+  pthread_barrier_wait(&barrier);
   /* Warm up (connections are made on the first call). */
   for (int i = 0; i < 3; i++) CC(commAllReduce(buf, out, count, commFloat32, commSum, comm, s));
   CK(cudaStreamSynchronize(s));

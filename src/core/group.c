@@ -162,6 +162,14 @@ COMM_API commResult_t commGroupSimulateEnd(float* estimatedUs) {
 /* Split the task list by communicator (keeping order), build each communicator's plans, run them all. */
 static commResult_t runTasks(commTask* tasks) {
   commResult_t res = commSuccess;
+  if (tasks && !tasks->next && tasks->kind == COMM_TASK_COLL && tasks->onDevice) {
+    /* One collective on device buffers: an identical earlier call's plan, when there is one. */
+    int launched = 0;
+    commLogSetRank(tasks->comm->rank);
+    res = commDevRunCached(tasks->comm, tasks, &launched);
+    if (res != commSuccess) commSetAsyncError(tasks->comm, res);
+    if (res != commSuccess || launched) return res;
+  }
   int nComms = 0;
   struct commComm* commsStack[RUN_STACK_TASKS];
   commTask* listsStack[RUN_STACK_TASKS];

@@ -119,6 +119,11 @@ struct commConn;
 /* Enqueue plans (all of one communicator, on device buffers) on its stream, joined to the callers'
  * streams (streams[i] of plans[i]) in both directions. Returns without waiting for the GPU. */
 commResult_t commDevRunPlans(struct commComm* comm, struct commPlan** plans, int nPlans);
+/* A collective on device buffers identical to an earlier call of comm (function, count, datatype, op, root,
+ * buffers): its device plan launched again on the task's stream, without building it (*launched = 1);
+ * *launched = 0 when there is none (the caller builds the plan). */
+struct commTask;
+commResult_t commDevRunCached(struct commComm* comm, const struct commTask* t, int* launched);
 /* The executor's state of comm (stream, events, abort and error words), made on first use. */
 commResult_t commDevEnsure(struct commComm* comm);
 /* Scratch space in device memory for plans that need it (kept until the communicator goes). */

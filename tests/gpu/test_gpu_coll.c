@@ -12,6 +12,7 @@
  *  - pre-multiplied sums (float32): host-immediate 2.0; device-resident 0.5 (reference: host-immediate 0.5);
  *  - one case per collective on cudaMallocAsync buffers;
  *  - a host and a device buffer in one call: commInvalidArgument on every rank, nothing hangs;
+ *  - the same allreduce three times with new inputs (the repeats reuse the first call's device plan);
  *  - a CUDA graph of one allreduce, replayed 5 times with new inputs;
  *  - n >= 2, fresh communicators, last: rank 0 alone starts an allreduce; with timeoutMs 1000 commGetAsyncError
  *    reports an error within 15 s; with the default timeout, commAbort from a watchdog thread frees the busy
@@ -430,6 +431,47 @@ static int runMixed(rankCtx* x) {
   return 0;
 }
 
+/* The same allreduce three times with new inputs, each checked: the second and third calls are identical to
+ * the first (function, count, type, op, buffers), so they launch its device plan again without building it. */
+static int runRepeat(rankCtx* x) {
+  const char* what = "repeat: the same allreduce int32 max count 777, three times";
+  const size_t cnt = 777;
+  cudaStream_t st = x->stream;
+  for (int it = 0; it < 3; it++) {
+    int32_t* in = (int32_t*)x->hs;
+    int32_t* out = (int32_t*)x->res;
+    for (size_t i = 0; i < cnt; i++) in[i] = (int32_t)((x->rank * 7 + it * 13 + (int)i) % 101);
+    cudaError_t ce = cudaMemcpyAsync(x->ds, in, cnt * sizeof(int32_t), cudaMemcpyHostToDevice, st);
+    if (ce == cudaSuccess) ce = cudaMemsetAsync(x->dr, 0, cnt * sizeof(int32_t), st);
+    commResult_t rc = ce == cudaSuccess ? commAllReduce(x->ds, x->dr, cnt, commInt32, commMax, x->comm, (commStream_t)st)
+                                        : commInternalError;
+    if (ce != cudaSuccess || rc != commSuccess)
+      report(x, what, "call %d: commAllReduce %d (%s), CUDA %s", it, (int)rc, commGetErrorString(rc), cudaGetErrorName(ce));
+    int f = agreeCall(x, ce == cudaSuccess && rc == commSuccess, what);
+    if (f < 0) return -1;
+    int bad = f != 0, cudaBad = 0;
+    if (f == 0) {
+      ce = cudaMemcpyAsync(out, x->dr, cnt * sizeof(int32_t), cudaMemcpyDeviceToHost, st);
+      if (ce == cudaSuccess) ce = cudaStreamSynchronize(st);
+      cudaBad = ce != cudaSuccess;
+      if (cudaBad) report(x, what, "call %d: %s", it, cudaGetErrorName(ce));
+      for (size_t i = 0; i < cnt && !cudaBad && !bad; i++) {
+        int32_t e = 0;
+        for (int r = 0; r < x->n; r++) {
+          int32_t v = (int32_t)((r * 7 + it * 13 + (int)i) % 101);
+          e = r == 0 || v > e ? v : e;
+        }
+        if (out[i] != e) {
+          bad = 1;
+          report(x, what, "call %d: element %zu is %d, expected %d", it, i, (int)out[i], (int)e);
+        }
+      }
+    }
+    if (agreeResult(x, cudaBad, bad, what) < 0) return -1;
+  }
+  return 0;
+}
+
 /* Capture one allreduce in a graph; replay it 5 times with new inputs. */
 static int runGraph(rankCtx* x) {
   const char* what = "graph: captured allreduce float32 sum count 1001";
@@ -519,6 +561,7 @@ static int runAll(rankCtx* x) {
     RUN(.coll = k, .type = commFloat32, .op = commSum, .dop = commSum, .opName = "sum", .count = 1001,
         .async = 1, .scale = 1);
   if (runMixed(x) < 0) return -1;
+  if (runRepeat(x) < 0) return -1;
   if ((!x->procMode || ownHostsMode) && runGraph(x) < 0) return -1; /* -H: graph replays drive the proxy */
   return 0;
 }

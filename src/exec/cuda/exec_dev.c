@@ -9,13 +9,16 @@
 #include "core.h"
 #include "cuda_util.h"
 #include "debug.h"
+#include "enqueue.h"
 #include "exec.h"
 #include "exec_dev.h"
 #include "param.h"
 #include "transport.h"
+#include "tune.h"
 #include "utils.h"
 
 #define PLAN_POOL 16      /* pinned plan buffers to start with (the pool grows, the host never waits) */
+#define PLAN_CACHE 8      /* device plans kept for repeated calls (COMM_DEV_PLAN_CACHE=0: none) */
 #define MAX_JOIN_STREAMS 8 /* distinct caller streams of one communicator in one group joined per call */
 
 typedef struct {
@@ -52,6 +55,8 @@ typedef struct commDevState {
   char* llStaging;     /* LL: 2 pieces per channel */
   scratchBuf* scratch; /* newest first; older ones may still be referenced by captured graphs */
   size_t scratchBytes;
+  struct planCacheEntry* planCache; /* [PLAN_CACHE] launched plans, for calls identical to an earlier one */
+  int planCacheNext, planCacheOff;
 } commDevState;
 
 int commDevAvailable(void) { return 1; }
@@ -100,6 +105,7 @@ static commResult_t stateCreate(commComm* comm) {
   CUDACHECKGOTO(cudaEventCreateWithFlags(&s->lastDone, cudaEventDisableTiming), res, fail);
   s->alwaysJoin = (int)commParamInt("COMM_DEV_STREAM_JOIN", 0, 0, 1);
   s->llBatch = (int)commParamInt("COMM_DEV_LL_BATCH", 1, 0, 1);
+  s->planCacheOff = commParamInt("COMM_DEV_PLAN_CACHE", 1, 0, 1) == 0;
   void* words = NULL;
   CUDACHECKGOTO(cudaHostAlloc(&words, 4096, cudaHostAllocMapped | cudaHostAllocPortable), res, fail);
   memset(words, 0, 4096);
@@ -397,6 +403,70 @@ static commResult_t giveToGraph(cudaStream_t stream, void* host) {
   return commSuccess;
 }
 
+/* ---- Repeated calls ----
+ * A collective on device buffers identical to an earlier one of the communicator (function, count, datatype,
+ * op, root, buffers) gets the same device plan: everything in it (connections, scratch, staging, the
+ * schedule's steps) stays valid while the communicator lives (scratch buffers that grew are kept, and its
+ * kernels run one after another). So a plan that fits the launch parameters is kept and launched again
+ * as is, with its new opCount: the host skips the tuner, the schedule and the plan's layout (the target:
+ * host time per call close to a bare launch). Not with a tuner plugin, whose answers may change. */
+typedef struct planCacheEntry {
+  int used;
+  commFunc_t func;
+  size_t count;
+  commDataType_t dtype;
+  commRedOpArgs redop;
+  const void* devScalar;
+  int root;
+  const void* sendbuff;
+  const void* recvbuff;
+  size_t inlineBytes;
+  int threads;
+  commDevArgs args;
+} planCacheEntry;
+
+static int planCacheKeyEq(const planCacheEntry* e, commFunc_t func, size_t count, commDataType_t dtype,
+                          const commRedOpArgs* redop, const void* devScalar, int root, const void* sendbuff,
+                          const void* recvbuff) {
+  return e->used && e->func == func && e->count == count && e->dtype == dtype && e->root == root &&
+         e->sendbuff == sendbuff && e->recvbuff == recvbuff && e->devScalar == devScalar &&
+         e->redop.kind == redop->kind && e->redop.scalarBits == redop->scalarBits &&
+         e->redop.divisor == redop->divisor;
+}
+
+/* Keep the plan just launched (inline, one caller stream, a collective). */
+static commResult_t planCacheStore(commComm* comm, const commPlan* plan, const commDevArgs* args, size_t inlineBytes,
+                                   int threads) {
+  commDevState* s = comm->dev;
+  if (s->planCacheOff || plan->func == commFuncSendRecv || plan->nStreams != 1 ||
+      (comm->tuner && comm->tuner->plugin))
+    return commSuccess;
+  if (s->planCache == NULL) COMMCHECK(commCalloc(&s->planCache, PLAN_CACHE, sizeof(planCacheEntry)));
+  planCacheEntry* e = NULL;
+  for (int i = 0; i < PLAN_CACHE && e == NULL; i++)
+    if (planCacheKeyEq(&s->planCache[i], plan->func, plan->count, plan->dtype, &plan->redop, plan->devScalar,
+                       plan->root, plan->bufs[COMM_BUF_INPUT], plan->bufs[COMM_BUF_OUTPUT]))
+      e = &s->planCache[i];
+  if (e == NULL) {
+    e = &s->planCache[s->planCacheNext];
+    s->planCacheNext = (s->planCacheNext + 1) % PLAN_CACHE;
+  }
+  e->used = 1;
+  e->func = plan->func;
+  e->count = plan->count;
+  e->dtype = plan->dtype;
+  e->redop = plan->redop;
+  e->devScalar = plan->devScalar;
+  e->root = plan->root;
+  e->sendbuff = plan->bufs[COMM_BUF_INPUT];
+  e->recvbuff = plan->bufs[COMM_BUF_OUTPUT];
+  e->inlineBytes = inlineBytes;
+  e->threads = threads;
+  e->args.hdr = args->hdr;
+  memcpy(e->args.inl.bytes, args->inl.bytes, inlineBytes);
+  return commSuccess;
+}
+
 #define STACK_CONN_KEYS 64
 
 static commResult_t launchPlan(commComm* comm, const commPlan* plan, cudaStream_t stream, int capturing) {
@@ -456,6 +526,7 @@ static commResult_t launchPlan(commComm* comm, const commPlan* plan, cudaStream_
       res = commCudaFail("the executor's kernel launch", e);
       goto out;
     }
+    if (!h->planAddr) COMMCHECKGOTO(planCacheStore(comm, plan, &args, bytes, threads), res, out);
   }
   if (pooled) {
     CUDACHECKGOTO(cudaEventRecord(pooled->done, stream), res, out);
@@ -469,6 +540,56 @@ static commResult_t launchPlan(commComm* comm, const commPlan* plan, cudaStream_
 out:
   if (keys != keysStack) free(keys);
   if (stepConn != stepConnStack) free(stepConn);
+  return res;
+}
+
+/* One caller stream: the launch goes after the communicator's previous one when that was on another stream,
+ * and is remembered after. (A graph being captured cannot depend on work outside it: its replays are
+ * ordered by the caller's streams, as every launch outside it is.) */
+static commResult_t followLast(commDevState* s, cudaStream_t st, int capturing) {
+  if (!capturing && s->haveLast && s->lastStream != st) CUDACHECK(cudaStreamWaitEvent(st, s->lastDone, 0));
+  return commSuccess;
+}
+static commResult_t markLast(commDevState* s, cudaStream_t st, int capturing) {
+  if (capturing) return commSuccess;
+  CUDACHECK(cudaEventRecord(s->lastDone, st));
+  s->lastStream = st;
+  s->haveLast = 1;
+  return commSuccess;
+}
+
+commResult_t commDevRunCached(commComm* comm, const commTask* t, int* launched) {
+  *launched = 0;
+  commDevState* s = comm->dev;
+  if (s == NULL || s->planCache == NULL || s->alwaysJoin) return commSuccess;
+  planCacheEntry* e = NULL;
+  for (int i = 0; i < PLAN_CACHE && e == NULL; i++)
+    if (planCacheKeyEq(&s->planCache[i], t->func, t->count, t->dtype, &t->redop, t->devScalar, t->root, t->sendbuff,
+                       t->recvbuff))
+      e = &s->planCache[i];
+  if (e == NULL) return commSuccess;
+  commResult_t res = commSuccess;
+  commCudaDevGuard g;
+  COMMCHECK(commCudaDevEnter(comm->cudaDev, &g));
+  COMMCHECKGOTO(pollError(comm, 0), res, out);
+  cudaStream_t st = (cudaStream_t)t->stream;
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  CUDACHECKGOTO(cudaStreamIsCapturing(st, &cs), res, out);
+  const int capturing = cs == cudaStreamCaptureStatusActive;
+  COMMCHECKGOTO(followLast(s, st, capturing), res, out);
+  e->args.hdr.opCount = comm->opCount++;
+  if (e->args.hdr.proxyBusy) commNetDevKick(comm);
+  cudaError_t ce = (cudaError_t)commDevLaunch(&e->args, e->inlineBytes, e->threads, st);
+  if (ce != cudaSuccess) {
+    res = commCudaFail("the executor's kernel launch", ce);
+    goto out;
+  }
+  COMMCHECKGOTO(markLast(s, st, capturing), res, out);
+  *launched = 1;
+  INFO(COMM_COLL, "rank %d: %s opCount %llu on device: the plan of an identical earlier call", comm->rank,
+       commFuncName(t->func), (unsigned long long)e->args.hdr.opCount);
+out:
+  commCudaDevLeave(comm->cudaDev, &g);
   return res;
 }
 
@@ -512,16 +633,9 @@ commResult_t commDevRunPlans(commComm* comm, commPlan** plans, int nPlans) {
    * for it. */
   if (nStreams == 1 && !s->alwaysJoin) {
     cudaStream_t st = streams[0];
-    /* (A graph being captured cannot depend on work outside it: its replays are ordered by the caller's
-     * streams, as every launch outside it is.) */
-    if (!capturing && s->haveLast && s->lastStream != st)
-      CUDACHECKGOTO(cudaStreamWaitEvent(st, s->lastDone, 0), res, out);
+    COMMCHECKGOTO(followLast(s, st, capturing), res, out);
     for (int p = 0; p < nPlans; p++) COMMCHECKGOTO(launchPlan(comm, plans[p], st, capturing), res, out);
-    if (!capturing) {
-      CUDACHECKGOTO(cudaEventRecord(s->lastDone, st), res, out);
-      s->lastStream = st;
-      s->haveLast = 1;
-    }
+    COMMCHECKGOTO(markLast(s, st, capturing), res, out);
     goto out;
   }
   /* The hub the plans run on: the executor's stream; inside graph capture the first caller stream (the
@@ -646,6 +760,7 @@ void commDevFree(commComm* comm) {
     if (s->pool[i].done) cudaEventDestroy(s->pool[i].done);
   }
   free(s->pool);
+  free(s->planCache);
   while (s->retired) {
     struct graphFree* next = s->retired->next;
     cudaFreeHost(s->retired->host);
