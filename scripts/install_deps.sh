@@ -5,18 +5,20 @@
 #   (no option)  build + tests: build-essential cmake pkg-config libhwloc-dev libcmocka-dev iproute2 clang
 #                libclang-rt-dev (libFuzzer for the topology parser's fuzz run) libibverbs-dev (the IB
 #                transport's header: it and its tests, which run over an in-process fake device, build with it)
+#                python3 ca-certificates (scripts/fetch_nccl_header.py: NVIDIA's nccl.h for the drop-in's ABI
+#                test where no CUDA toolkit has it)
 #   --build      only what the library and the perf tools need (no cmocka, no iproute2)
 #   --bench      also the peers the benchmarks compare against (openmpi-bin libopenmpi-dev libgloo-dev)
 set -euo pipefail
 
 build=(build-essential cmake pkg-config libhwloc-dev)
-tests=(libcmocka-dev iproute2 clang libclang-rt-dev libibverbs-dev)
+tests=(libcmocka-dev iproute2 clang libclang-rt-dev libibverbs-dev python3 ca-certificates)
 bench=()
 for arg in "$@"; do
   case "$arg" in
     --build) tests=() ;;
     --bench) bench=(openmpi-bin libopenmpi-dev libgloo-dev) ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "install_deps.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -39,6 +41,8 @@ usable() {
         clang -fsanitize=fuzzer -x c - -o /dev/null ;;
     libibverbs-dev)  # only the header: libcomm loads libibverbs.so.1 at run time
       command -v cc && printf '#include <infiniband/verbs.h>\n' | cc -E -x c - ;;
+    python3) command -v python3 ;;
+    ca-certificates) [[ -s /etc/ssl/certs/ca-certificates.crt ]] ;;
     openmpi-bin) command -v mpirun ;;
     libopenmpi-dev) command -v mpicc ;;
     libgloo-dev) command -v c++ && printf '#include <gloo/allreduce.h>\n' | c++ -std=c++17 -E -x c++ - ;;

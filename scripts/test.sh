@@ -17,8 +17,15 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # Multi-process tests oversubscribe small machines: run at most two test programs at once.
 ctest_jobs=${COMM_TEST_JOBS:-2}
 
+# The NCCL drop-in's ABI test compares compat/nccl/nccl.h with NVIDIA's own header: the CUDA toolkit's, else
+# the NCCL release's, read from PyPI (scripts/fetch_nccl_header.py; without the network it is not built).
+nccl_ref=()
+if [[ ! -f /usr/local/cuda/include/nccl.h ]] && python3 scripts/fetch_nccl_header.py build-test/nccl-ref; then
+  nccl_ref=(-DCOMM_NCCL_REF_H="$PWD/build-test/nccl-ref")
+fi
+
 echo "=== test.sh: build-test (warnings as errors) ==="
-cmake -S . -B build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOMM_WERROR=ON
+cmake -S . -B build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOMM_WERROR=ON ${nccl_ref[@]+"${nccl_ref[@]}"}
 cmake --build build-test -j"$jobs"
 failed=()
 (cd build-test && ctest --output-on-failure -j"$ctest_jobs") || failed+=("build-test")

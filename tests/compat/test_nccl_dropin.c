@@ -26,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <stddef.h>
+
 #include "nccl.h"
 
 /* Host functions of NCCL's device API (nccl_device.h, C++/CUDA), declared here as a C client sees them. */
