@@ -83,7 +83,8 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
     /* The tuner prices host executors; on device, channels follow the size and the FIFO bounds a step. */
     size_t bytes = t->count * plan->eltSize * (t->func == commFuncAllGather || t->func == commFuncReduceScatter ||
                                                         t->func == commFuncAllToAll ? (size_t)comm->nRanks : 1);
-    size_t want = bytes / DEV_BYTES_PER_CHANNEL;
+    size_t perChannel = (size_t)commParamSize("COMM_DEV_BYTES_PER_CHANNEL", DEV_BYTES_PER_CHANNEL, 4096, 1 << 30);
+    size_t want = bytes / perChannel;
     int maxCh = devMaxChannels(comm);
     choice.nChannels = want < 1 ? 1 : want > (size_t)maxCh ? maxCh : (int)want;
     /* LL for small messages, up to COMM_DEV_LL_MAX bytes. On 4 H200s LL's one-store lines beat Simple's
