@@ -21,7 +21,8 @@
  * -p N: N forked processes (N >= 2), one N-rank communicator, the cases above but the graph, timeout and abort.
  * -H (with -p): each process a host of its own (COMM_HOSTID), so device buffers go between "hosts" through the
  *    net transport's pinned host staging and its proxy thread; the graph case runs too (replays the proxy
- *    learns of only from the kernel).
+ *    learns of only from the kernel); last, the highest rank exits without a word and the others' next
+ *    allreduce must end with commRemoteError (the failed network connection stops the waiting kernel).
  * Ranks agree through a barrier after each device call: a call that failed on some ranks only (their peers would
  * wait forever) aborts the run instead of hanging. Public API only. Exit 0 when every case passed, 77 without
  * a GPU. SPDX-License-Identifier: Apache-2.0 */
@@ -650,7 +651,41 @@ static int runSolo(rankCtx* x, int isAbort) {
 }
 
 /* One rank: set up (agreeing, so that no rank waits in an init its peers skip), run, tear down. */
+/* -H, last: rank n-1 leaves without a word (as a process that died would); the others' next device allreduce
+ * ends with commRemoteError well before the communicator's timeout: the device proxy sees the network
+ * connection fail and the kernel waiting on it stops. Nothing runs after it on any rank (the barriers would
+ * wait for the rank that left); the survivors abort the communicator. Returns 1: the rank must not meet the
+ * others again. */
+static int runPeerGone(rankCtx* x) {
+  const char* what = "peer gone: rank n-1 exits; the others' device allreduce ends with commRemoteError";
+  agree(x, 1);
+  if (x->rank == x->n - 1) {
+    fflush(NULL);
+    _exit(0);
+  }
+  sleepMs(300);
+  double t0 = now();
+  commResult_t rc = commAllReduce(x->ds, x->dr, 1001, commFloat32, commSum, x->comm, (commStream_t)x->stream);
+  commResult_t async = commSuccess;
+  while (rc == commSuccess && now() - t0 < 20.0) {
+    if (commGetAsyncError(x->comm, &async) != commSuccess || (async != commSuccess && async != commInProgress)) break;
+    sleepMs(5);
+  }
+  double took = now() - t0;
+  int bad = rc != commRemoteError && async != commRemoteError;
+  if (bad)
+    report(x, what, "the call returned %d and commGetAsyncError %d after %.1f s (expected commRemoteError)", (int)rc,
+           (int)async, took);
+  else if (verbose)
+    printf("test_gpu_coll: rank %d: %s: after %.2f s\n", x->rank, what, took);
+  countCase(x, bad);
+  commAbort(x->comm);
+  x->comm = NULL;
+  return 1;
+}
+
 static void rankMain(rankCtx* x) {
+  int departed = 0; /* -H: a peer left on purpose (runPeerGone): no more barriers */
   int ok = cudaSetDevice(x->dev) == cudaSuccess && cudaFree(0) == cudaSuccess &&
            cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking) == cudaSuccess &&
            cudaMalloc((void**)&x->ds, x->cap) == cudaSuccess && cudaMalloc((void**)&x->dr, x->cap) == cudaSuccess &&
@@ -668,17 +703,21 @@ static void rankMain(rankCtx* x) {
       x->comm = NULL;
       agreeResult(x, 0, 1, "commInitRank");
     } else if (runAll(x) == 0) {
-      rc = commFinalize(x->comm);
-      commResult_t rd = commDestroy(x->comm);
-      x->comm = NULL;
-      if (rc != commSuccess || rd != commSuccess) report(x, "teardown", "commFinalize %d, commDestroy %d", rc, rd);
-      if (agreeResult(x, 0, rc != commSuccess || rd != commSuccess, "teardown") == 0 && !x->procMode && x->n >= 2)
-        if (runSolo(x, 0) == 0) runSolo(x, 1); /* abort last */
+      if (x->procMode && ownHostsMode && x->n >= 2) {
+        departed = runPeerGone(x);
+      } else {
+        rc = commFinalize(x->comm);
+        commResult_t rd = commDestroy(x->comm);
+        x->comm = NULL;
+        if (rc != commSuccess || rd != commSuccess) report(x, "teardown", "commFinalize %d, commDestroy %d", rc, rd);
+        if (agreeResult(x, 0, rc != commSuccess || rd != commSuccess, "teardown") == 0 && !x->procMode && x->n >= 2)
+          if (runSolo(x, 0) == 0) runSolo(x, 1); /* abort last */
+      }
     }
   } else {
     agreeResult(x, 0, 1, "setup");
   }
-  agree(x, 1); /* nobody frees while a peer's kernel may still run */
+  if (!departed) agree(x, 1); /* nobody frees while a peer's kernel may still run */
   cudaFree(x->ds);
   cudaFree(x->dr);
   cudaFree(x->dScalar);

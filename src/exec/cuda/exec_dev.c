@@ -682,7 +682,7 @@ static commResult_t pollError(commComm* comm, int queryStream) {
              e->channel);
       else if (code == COMM_DEV_NET_FAILED)
         WARN("rank %d: operation opCount %llu on device: the network connection %s rank %d on channel %d failed "
-             "(the peer closed it or the network failed; the NET proxy's line above says which)", comm->rank,
+             "(the peer closed it or the network failed; COMM_DEBUG=INFO shows the NET proxy's line on it)", comm->rank,
              (unsigned long long)e->opCount, e->isSend ? "to" : "from", e->peer, e->channel);
       else if (code == COMM_DEV_SIZE_MISMATCH)
         WARN("rank %d: operation opCount %llu on device: received %llu bytes from rank %d on channel %d where %llu "
