@@ -42,8 +42,6 @@
 #define NET_PAGE 4096
 #define NET_PROXY_BUSY_US 20
 
-
-
 /* ---------------------------------------------------------------- plugin loading (process-wide) */
 
 static pthread_mutex_t netPluginLock = PTHREAD_MUTEX_INITIALIZER;
@@ -378,7 +376,6 @@ static int netDevice(struct commComm* comm, int channel) {
   }
   return 0;
 }
-
 
 static void* netProxyMain(void* arg);
 
