@@ -60,8 +60,10 @@ __device__ __forceinline__ double ldcg(const double* p) { return __ldcg(p); }
 /* ---- Data movement: the block moves n elements ---- */
 
 /* Vectors in flight per thread: loads are issued together before their stores, so one thread keeps
- * several 16-byte requests outstanding (one block per channel must saturate its share of memory). */
-#define UNROLL 4
+ * several 16-byte requests outstanding (one block per channel must saturate its share of memory). 8 against
+ * 4 on 2 H200s: reducescatter at 1 GiB +11% busbw, alltoall +5%, allreduce and local reductions the same
+ * (docs/PERF.md entry 14). */
+#define UNROLL 8
 
 /* d0 (and d1 when not NULL) = a, raw bytes. */
 __device__ __noinline__ void copyBytes(char* d0, char* d1, const char* a, size_t bytes) {
