@@ -41,10 +41,11 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "test_gpu_coll.h"
 
 #define MAXR 64
 
-static int ownHostsMode; /* -H */
+int ownHostsMode; /* -H */
 #define BIG (((size_t)1 << 20) + 3)
 #define MAX_PRINTED 20
 
@@ -75,26 +76,15 @@ typedef struct {
   int printed, passed, failed, fatal;
 } sharedT;
 static sharedT* sh;
-static int verbose; /* TEST_GPU_VERBOSE=1: rank 0 prints each case's name before it runs (to find a hang) */
+int verbose; /* TEST_GPU_VERBOSE=1: rank 0 prints each case's name before it runs (to find a hang) */
 
-typedef struct {
-  int rank, n, quick, procMode, dev; /* dev: the CUDA device of this rank */
-  commUniqueId ids[3]; /* main, timeout, abort communicators */
-  comm_t comm;
-  cudaStream_t stream;
-  char *hs, *hr, *res, *ds, *dr;
-  float* dScalar; /* device memory for the device-resident pre-multiplier */
-  size_t cap;
-  unsigned gen;
-  uint64_t seed;
-} rankCtx;
 
-static double now(void) {
+double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
-static void sleepMs(int ms) { nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL); }
+void sleepMs(int ms) { nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL); }
 
 /* Bits of v (a small integer) in a float format with expBits/manBits; exact for 1..8 in all four formats. */
 static uint64_t miniFloat(unsigned v, int expBits, int manBits) {
@@ -180,7 +170,7 @@ static void describe(const caseT* c, char* buf, size_t sz) {
            c->async ? " cudaMallocAsync" : "");
 }
 
-static void report(const rankCtx* x, const char* what, const char* fmt, ...) {
+void report(const rankCtx* x, const char* what, const char* fmt, ...) {
   int k = __atomic_fetch_add(&sh->printed, 1, __ATOMIC_RELAXED);
   if (k > MAX_PRINTED) return;
   if (k == MAX_PRINTED) {
@@ -195,7 +185,7 @@ static void report(const rankCtx* x, const char* what, const char* fmt, ...) {
   }
   fflush(stdout);
 }
-static void hardExit(const char* what, const char* why) {
+void hardExit(const char* what, const char* why) {
   printf("test_gpu_coll: FAIL: %s: %s; giving up\n", what, why);
   fflush(NULL);
   _exit(1);
@@ -203,17 +193,17 @@ static void hardExit(const char* what, const char* why) {
 
 /* Barrier; returns the OR of every rank's flags. Two slots: a slot is rewritten only after the barrier that
  * follows its readers. */
-static int agree(rankCtx* x, int f) {
+int agree(rankCtx* x, int f) {
   int g = (int)(x->gen++ & 1), o = 0;
   __atomic_store_n(&sh->flags[g][x->rank], f, __ATOMIC_RELEASE);
   pthread_barrier_wait(&sh->bar);
   for (int r = 0; r < x->n; r++) o |= __atomic_load_n(&sh->flags[g][r], __ATOMIC_ACQUIRE);
   return o;
 }
-static void countCase(const rankCtx* x, int failed) {
+void countCase(const rankCtx* x, int failed) {
   if (x->rank == 0) *(failed ? &sh->failed : &sh->passed) += 1;
 }
-static int waitIdle(cudaStream_t s, double secs) {
+int waitIdle(cudaStream_t s, double secs) {
   double t0 = now();
   while (cudaStreamQuery(s) == cudaErrorNotReady) {
     if (now() - t0 > secs) return 0;
@@ -231,7 +221,7 @@ static void fatal(rankCtx* x, const char* what, const char* why) {
 }
 /* After a call that enqueues device work on every rank: -1 fatal (it failed on some ranks only), 1 it failed
  * on every rank (nothing enqueued anywhere), 0 it succeeded everywhere. */
-static int agreeCall(rankCtx* x, int ok, const char* what) {
+int agreeCall(rankCtx* x, int ok, const char* what) {
   int f = agree(x, ok ? 1 : 2);
   if (f == 3) {
     countCase(x, 1);
@@ -241,7 +231,7 @@ static int agreeCall(rankCtx* x, int ok, const char* what) {
   return f == 2;
 }
 /* After a case's checks: count it; a CUDA error on any rank is fatal. */
-static int agreeResult(rankCtx* x, int cudaBad, int bad, const char* what) {
+int agreeResult(rankCtx* x, int cudaBad, int bad, const char* what) {
   int f = agree(x, 1 | (bad ? 2 : 0) | (cudaBad ? 4 : 0));
   countCase(x, (f & 6) != 0);
   if (f & 4) {
@@ -416,114 +406,6 @@ static int runPremul(rankCtx* x) {
   return rc;
 }
 
-/* Host send buffer with a device receive buffer, and the reverse: commInvalidArgument, nothing enqueued. */
-static int runMixed(rankCtx* x) {
-  for (int dir = 0; dir < 2; dir++) {
-    const char* what = dir ? "allreduce float32 device sendbuff, host recvbuff" : "allreduce float32 host sendbuff, device recvbuff";
-    commResult_t rc = commAllReduce(dir ? x->ds : x->hs, dir ? x->hr : x->dr, 1001, commFloat32, commSum, x->comm,
-                                    (commStream_t)x->stream);
-    int bad = rc != commInvalidArgument, cudaBad = 0;
-    if (bad) report(x, what, "returned %d (%s), expected commInvalidArgument", (int)rc, commGetErrorString(rc));
-    int f = agreeCall(x, rc != commSuccess, what); /* "ok" here: nothing enqueued */
-    if (f < 0) return -1;
-    if (f == 1) cudaBad = cudaStreamSynchronize(x->stream) != cudaSuccess; /* enqueued on every rank: let it end */
-    if (agreeResult(x, cudaBad, bad, what) < 0) return -1;
-  }
-  return 0;
-}
-
-/* The same allreduce three times with new inputs, each checked: the second and third calls are identical to
- * the first (function, count, type, op, buffers), so they launch its device plan again without building it. */
-static int runRepeat(rankCtx* x) {
-  const char* what = "repeat: the same allreduce int32 max count 777, three times";
-  const size_t cnt = 777;
-  cudaStream_t st = x->stream;
-  for (int it = 0; it < 3; it++) {
-    int32_t* in = (int32_t*)x->hs;
-    int32_t* out = (int32_t*)x->res;
-    for (size_t i = 0; i < cnt; i++) in[i] = (int32_t)((x->rank * 7 + it * 13 + (int)i) % 101);
-    cudaError_t ce = cudaMemcpyAsync(x->ds, in, cnt * sizeof(int32_t), cudaMemcpyHostToDevice, st);
-    if (ce == cudaSuccess) ce = cudaMemsetAsync(x->dr, 0, cnt * sizeof(int32_t), st);
-    commResult_t rc = ce == cudaSuccess ? commAllReduce(x->ds, x->dr, cnt, commInt32, commMax, x->comm, (commStream_t)st)
-                                        : commInternalError;
-    if (ce != cudaSuccess || rc != commSuccess)
-      report(x, what, "call %d: commAllReduce %d (%s), CUDA %s", it, (int)rc, commGetErrorString(rc), cudaGetErrorName(ce));
-    int f = agreeCall(x, ce == cudaSuccess && rc == commSuccess, what);
-    if (f < 0) return -1;
-    int bad = f != 0, cudaBad = 0;
-    if (f == 0) {
-      ce = cudaMemcpyAsync(out, x->dr, cnt * sizeof(int32_t), cudaMemcpyDeviceToHost, st);
-      if (ce == cudaSuccess) ce = cudaStreamSynchronize(st);
-      cudaBad = ce != cudaSuccess;
-      if (cudaBad) report(x, what, "call %d: %s", it, cudaGetErrorName(ce));
-      for (size_t i = 0; i < cnt && !cudaBad && !bad; i++) {
-        int32_t e = 0;
-        for (int r = 0; r < x->n; r++) {
-          int32_t v = (int32_t)((r * 7 + it * 13 + (int)i) % 101);
-          e = r == 0 || v > e ? v : e;
-        }
-        if (out[i] != e) {
-          bad = 1;
-          report(x, what, "call %d: element %zu is %d, expected %d", it, i, (int)out[i], (int)e);
-        }
-      }
-    }
-    if (agreeResult(x, cudaBad, bad, what) < 0) return -1;
-  }
-  return 0;
-}
-
-/* Capture one allreduce in a graph; replay it 5 times with new inputs. */
-static int runGraph(rankCtx* x) {
-  const char* what = "graph: captured allreduce float32 sum count 1001";
-  const size_t cnt = 1001;
-  cudaStream_t st = x->stream;
-  cudaGraph_t g = NULL;
-  cudaGraphExec_t ge = NULL;
-  commResult_t rc = commInternalError;
-  cudaError_t ce = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
-  if (ce == cudaSuccess) {
-    rc = commAllReduce(x->ds, x->dr, cnt, commFloat32, commSum, x->comm, (commStream_t)st);
-    ce = cudaStreamEndCapture(st, &g);
-  }
-  if (ce == cudaSuccess && rc == commSuccess) ce = cudaGraphInstantiate(&ge, g, 0);
-  if (ce != cudaSuccess || rc != commSuccess)
-    report(x, what, "capture: commAllReduce %d (%s), CUDA %s", (int)rc, commGetErrorString(rc), cudaGetErrorName(ce));
-  int f = agreeCall(x, ce == cudaSuccess && rc == commSuccess, what);
-  if (f < 0) return -1;
-  if (f == 1 && agreeResult(x, 0, 1, what) < 0) return -1;
-  for (int it = 0; it < 5 && f == 0; it++) {
-    float* in = (float*)x->hs;
-    float* out = (float*)x->res;
-    for (size_t i = 0; i < cnt; i++) in[i] = (float)((x->rank + 1) * (it + 1) + (int)(i % 5));
-    ce = cudaMemcpyAsync(x->ds, in, cnt * sizeof(float), cudaMemcpyHostToDevice, st);
-    if (ce == cudaSuccess) ce = cudaMemsetAsync(x->dr, 0, cnt * sizeof(float), st);
-    if (ce == cudaSuccess) ce = cudaGraphLaunch(ge, st);
-    if (ce != cudaSuccess) report(x, what, "replay %d: %s", it, cudaGetErrorName(ce));
-    int fl = agreeCall(x, ce == cudaSuccess, what);
-    if (fl < 0) return -1;
-    int bad = fl != 0, cudaBad = 0;
-    if (fl == 0) {
-      ce = cudaStreamSynchronize(st);
-      if (ce == cudaSuccess) ce = cudaMemcpyAsync(out, x->dr, cnt * sizeof(float), cudaMemcpyDeviceToHost, st);
-      if (ce == cudaSuccess) ce = cudaStreamSynchronize(st);
-      cudaBad = ce != cudaSuccess;
-      if (cudaBad) report(x, what, "replay %d: %s", it, cudaGetErrorName(ce));
-      for (size_t i = 0; i < cnt && !cudaBad && !bad; i++) {
-        float e = (float)((it + 1) * x->n * (x->n + 1) / 2 + x->n * (int)(i % 5));
-        if (out[i] != e) {
-          bad = 1;
-          report(x, what, "replay %d: element %zu is %g, expected %g", it, i, (double)out[i], (double)e);
-        }
-      }
-    }
-    if (agreeResult(x, cudaBad, bad, what) < 0) return -1;
-  }
-  if (ge) cudaGraphExecDestroy(ge);
-  if (g) cudaGraphDestroy(g);
-  return 0;
-}
-
 static int runAll(rankCtx* x) {
   static const commDataType_t quickTypes[] = {commInt32, commFloat32, commBfloat16, commFloat8e4m3};
   static const size_t fullCounts[] = {1, 7, 1001, 65537, BIG}, quickCounts[] = {1, 1001, 65537};
@@ -567,123 +449,7 @@ static int runAll(rankCtx* x) {
   return 0;
 }
 
-typedef struct { comm_t comm; int go, done; commResult_t rc; } watchT; /* the abort's watchdog thread */
-static void* watchMain(void* p) {
-  watchT* w = p;
-  double t0 = now();
-  while (!__atomic_load_n(&w->go, __ATOMIC_ACQUIRE) && now() - t0 < 10.0) sleepMs(10); /* or a blocked call */
-  w->rc = commAbort(w->comm);
-  __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
-  return NULL;
-}
-
-/* n >= 2, a fresh communicator: one allreduce on every rank (so that the connections exist: a call that had to
- * make them would wait for its peers), then rank 0 alone starts one (its peers never join); it must return
- * at once. Timeout (timeoutMs 1000): commGetAsyncError reports an error within 15 s, then commAbort. Abort
- * (default timeout, 1<<20 floats): 200 ms later the stream is still busy; commAbort from a watchdog thread.
- * Either way the stream is idle within 10 s of commAbort. The other ranks only commAbort theirs. */
-static int runSolo(rankCtx* x, int isAbort) {
-  const char* what = isAbort ? "abort: allreduce of 1<<20 float32 on rank 0 only, commAbort from a watchdog"
-                             : "timeout: allreduce of 1001 float32 on rank 0 only, timeoutMs 1000";
-  commConfig_t cfg = COMM_CONFIG_INITIALIZER;
-  if (!isAbort) cfg.timeoutMs = 1000;
-  comm_t c = NULL;
-  size_t cnt = isAbort ? (size_t)1 << 20 : 1001;
-  commResult_t rc = commInitRankConfig(&c, x->n, x->ids[1 + isAbort], x->rank, &cfg);
-  if (rc != commSuccess) report(x, what, "commInitRankConfig returned %d", (int)rc);
-  if (agree(x, rc == commSuccess ? 1 : 2) != 1) {
-    if (rc == commSuccess) commAbort(c);
-    return agreeResult(x, 0, 1, what);
-  }
-  x->comm = c; /* so that fatal() aborts it */
-  rc = commAllReduce(x->ds, x->dr, cnt, commFloat32, commSum, c, (commStream_t)x->stream);
-  if (rc != commSuccess) report(x, what, "warm-up allreduce on every rank returned %d", (int)rc);
-  int f = agreeCall(x, rc == commSuccess, what), bad = f != 0, cudaBad = 0;
-  if (f < 0) return -1;
-  if (f == 0 && (cudaBad = cudaStreamSynchronize(x->stream) != cudaSuccess)) report(x, what, "warm-up: CUDA error");
-  x->comm = NULL;
-  int solo = x->rank == 0 && !bad && !cudaBad; /* rank 0 goes on alone (and aborts c itself) */
-  if (solo) {
-    watchT w = {c, 0, 0, commSuccess};
-    pthread_t th;
-    if (isAbort && pthread_create(&th, NULL, watchMain, &w) != 0) hardExit(what, "pthread_create failed");
-    double t0 = now();
-    rc = commAllReduce(x->ds, x->dr, cnt, commFloat32, commSum, c, (commStream_t)x->stream);
-    double took = now() - t0;
-    if ((bad = rc != commSuccess))
-      report(x, what, "the call returned %d (%s), expected commSuccess", (int)rc, commGetErrorString(rc));
-    if (took > 5.0 && (bad = 1)) report(x, what, "the call blocked %.1f s (device buffers: must return at once)", took);
-    if (isAbort) {
-      if (rc == commSuccess && !__atomic_load_n(&w.done, __ATOMIC_ACQUIRE)) {
-        sleepMs(200);
-        cudaError_t q = cudaStreamQuery(x->stream);
-        if (q != cudaErrorNotReady && (bad = 1))
-          report(x, what, "cudaStreamQuery before the abort: %s (expected cudaErrorNotReady)", cudaGetErrorName(q));
-      }
-      __atomic_store_n(&w.go, 1, __ATOMIC_RELEASE);
-      t0 = now();
-      while (!__atomic_load_n(&w.done, __ATOMIC_ACQUIRE)) {
-        if (now() - t0 > 10.0) hardExit(what, "commAbort did not return within 10 s");
-        sleepMs(10);
-      }
-      pthread_join(th, NULL);
-      rc = w.rc;
-    } else {
-      commResult_t e = commSuccess;
-      for (t0 = now(); rc == commSuccess && now() - t0 < 15.0 && (e == commSuccess || e == commInProgress); sleepMs(10))
-        if (commGetAsyncError(c, &e) != commSuccess) e = commInternalError;
-      if (rc == commSuccess && (e == commSuccess || e == commInProgress) && (bad = 1))
-        report(x, what, "commGetAsyncError still says %d after 15 s", (int)e);
-      else if (rc == commSuccess)
-        printf("test_gpu_coll: %d ranks: timeout: rank 0 saw %d (%s) after %.2f s\n", x->n, (int)e,
-               commGetErrorString(e), now() - t0);
-      rc = commAbort(c);
-    }
-    if (rc != commSuccess && (bad = 1)) report(x, what, "commAbort returned %d", (int)rc);
-    if (!waitIdle(x->stream, 10.0)) hardExit(what, "the stream was still busy 10 s after commAbort returned");
-    cudaError_t q = cudaStreamQuery(x->stream);
-    if ((cudaBad = q != cudaSuccess)) report(x, what, "stream after the abort: %s", cudaGetErrorName(q));
-  }
-  agree(x, 1); /* rank 0 is done */
-  if (!solo && (rc = commAbort(c)) != commSuccess && (bad = 1))
-    report(x, what, "commAbort returned %d", (int)rc);
-  return agreeResult(x, cudaBad, bad, what);
-}
-
 /* One rank: set up (agreeing, so that no rank waits in an init its peers skip), run, tear down. */
-/* -H, last: rank n-1 leaves without a word (as a process that died would); the others' next device allreduce
- * ends with commRemoteError well before the communicator's timeout: the device proxy sees the network
- * connection fail and the kernel waiting on it stops. Nothing runs after it on any rank (the barriers would
- * wait for the rank that left); the survivors abort the communicator. Returns 1: the rank must not meet the
- * others again. */
-static int runPeerGone(rankCtx* x) {
-  const char* what = "peer gone: rank n-1 exits; the others' device allreduce ends with commRemoteError";
-  agree(x, 1);
-  if (x->rank == x->n - 1) {
-    fflush(NULL);
-    _exit(0);
-  }
-  sleepMs(300);
-  double t0 = now();
-  commResult_t rc = commAllReduce(x->ds, x->dr, 1001, commFloat32, commSum, x->comm, (commStream_t)x->stream);
-  commResult_t async = commSuccess;
-  while (rc == commSuccess && now() - t0 < 20.0) {
-    if (commGetAsyncError(x->comm, &async) != commSuccess || (async != commSuccess && async != commInProgress)) break;
-    sleepMs(5);
-  }
-  double took = now() - t0;
-  int bad = rc != commRemoteError && async != commRemoteError;
-  if (bad)
-    report(x, what, "the call returned %d and commGetAsyncError %d after %.1f s (expected commRemoteError)", (int)rc,
-           (int)async, took);
-  else if (verbose)
-    printf("test_gpu_coll: rank %d: %s: after %.2f s\n", x->rank, what, took);
-  countCase(x, bad);
-  commAbort(x->comm);
-  x->comm = NULL;
-  return 1;
-}
-
 static void rankMain(rankCtx* x) {
   int departed = 0; /* -H: a peer left on purpose (runPeerGone): no more barriers */
   int ok = cudaSetDevice(x->dev) == cudaSuccess && cudaFree(0) == cudaSuccess &&
