@@ -6,8 +6,8 @@
  * receiver's slots and stores tail, exactly as it does over P2P; its own position is kept in the ctrl page
  * (devSendPos, devRecvPos). Nothing on the host waits for the kernel: a proxy thread per communicator moves
  * the FIFOs with the network plugin, the same calls progress() makes for the host executor (sends of filled
- * slots, receives posted on free ones, completions in order), so every network plugin (Socket, IB, NCCL
- * plugins) carries device buffers.
+ * slots, receives posted on free ones, completions in order), so every network plugin can carry device
+ * buffers (tests run it over Socket: test_gpu_coll -p N -H).
  *
  * When to move: while a kernel that uses these connections runs, each of its blocks sets a word of
  * devBusy (mapped host memory) from its start to its end, and the proxy polls without sleeping; a launch
