@@ -24,6 +24,28 @@ static int splitCompare(const void* a, const void* b) {
   return x->rank < y->rank ? -1 : x->rank > y->rank;
 }
 
+/* The child communicator of ranks[0..n) of comm (parent ranks, in the child's order; this rank is
+ * ranks[newRank]): ranks[0] makes the id and sends it to the others over the parent's bootstrap with tag,
+ * point to point, so ranks outside take no part. Without a config the child keeps the parent's blocking
+ * mode and timeout. */
+static commResult_t childInit(comm_t comm, const int* ranks, int n, int newRank, int tag, commConfig_t* config,
+                              comm_t* newcomm) {
+  commUniqueId id;
+  if (newRank == 0) {
+    COMMCHECK(bootstrapGetUniqueId(&id));
+    for (int i = 1; i < n; i++) COMMCHECK(bootstrapSend(comm->bootstrap, ranks[i], tag, &id, sizeof(id)));
+  } else {
+    COMMCHECK(bootstrapRecv(comm->bootstrap, ranks[0], tag, &id, sizeof(id)));
+  }
+  commConfig_t childConfig = COMM_CONFIG_INITIALIZER;
+  if (config == NULL) {
+    childConfig.blocking = comm->blocking;
+    childConfig.timeoutMs = (int)COMM_MIN(comm->timeoutMs, INT32_MAX);
+    config = &childConfig;
+  }
+  return commInitRankConfig(newcomm, n, id, newRank, config);
+}
+
 static commResult_t deferredSplit(void* p) {
   commDeferredCall* a = (commDeferredCall*)p;
   commResult_t res = commSplit(a->parent, a->color, a->key, a->newcomm, a->hasConfig ? &a->config : NULL);
@@ -49,6 +71,7 @@ COMM_API commResult_t commSplit(comm_t comm, int color, int key, comm_t* newcomm
   commResult_t res = commSuccess;
   splitInfo* all = NULL;
   splitInfo* members = NULL;
+  int* ranks = NULL;
   if (newcomm == NULL) {
     WARN("commSplit: newcomm is NULL");
     res = commInvalidArgument;
@@ -71,24 +94,13 @@ COMM_API commResult_t commSplit(comm_t comm, int color, int key, comm_t* newcomm
     if (all[r].color == color) members[n++] = all[r];
   qsort(members, (size_t)n, sizeof(splitInfo), splitCompare);
   int newRank = 0;
-  for (int i = 0; i < n; i++)
+  COMMCHECKGOTO(commCalloc(&ranks, (size_t)n, sizeof(int)), res, out);
+  for (int i = 0; i < n; i++) {
+    ranks[i] = members[i].rank;
     if (members[i].rank == comm->rank) newRank = i;
-  commUniqueId id;
+  }
   int tag = COMM_TAG_SPLIT + (int)(comm->opCount++ & 0xfffff);
-  if (newRank == 0) {
-    COMMCHECKGOTO(bootstrapGetUniqueId(&id), res, out);
-    for (int i = 1; i < n; i++)
-      COMMCHECKGOTO(bootstrapSend(comm->bootstrap, members[i].rank, tag, &id, sizeof(id)), res, out);
-  } else {
-    COMMCHECKGOTO(bootstrapRecv(comm->bootstrap, members[0].rank, tag, &id, sizeof(id)), res, out);
-  }
-  commConfig_t childConfig = COMM_CONFIG_INITIALIZER;
-  if (config == NULL) {
-    childConfig.blocking = comm->blocking;
-    childConfig.timeoutMs = (int)COMM_MIN(comm->timeoutMs, INT32_MAX);
-    config = &childConfig;
-  }
-  res = commInitRankConfig(newcomm, n, id, newRank, config);
+  res = childInit(comm, ranks, n, newRank, tag, config, newcomm);
   if (res == commSuccess || res == commInProgress) {
     (*newcomm)->parent = comm;
     INFO(COMM_INIT, "commSplit: rank %d color %d key %d -> rank %d of %d", comm->rank, color, key, newRank, n);
@@ -98,6 +110,7 @@ out:
   if (color == COMM_SPLIT_NOCOLOR && res == commSuccess) comm->opCount++;
   free(all);
   free(members);
+  free(ranks);
   commApiLeave(comm);
   return res;
 }
@@ -155,21 +168,7 @@ COMM_API commResult_t commShrink(comm_t comm, const int* excludeRanks, int nExcl
     if (r == comm->rank) newRank = n;
     survivors[n++] = r;
   }
-  commUniqueId id;
-  if (newRank == 0) {
-    COMMCHECKGOTO(bootstrapGetUniqueId(&id), res, out);
-    for (int i = 1; i < n; i++)
-      COMMCHECKGOTO(bootstrapSend(comm->bootstrap, survivors[i], COMM_TAG_SHRINK, &id, sizeof(id)), res, out);
-  } else {
-    COMMCHECKGOTO(bootstrapRecv(comm->bootstrap, survivors[0], COMM_TAG_SHRINK, &id, sizeof(id)), res, out);
-  }
-  commConfig_t childConfig = COMM_CONFIG_INITIALIZER;
-  if (config == NULL) {
-    childConfig.blocking = comm->blocking;
-    childConfig.timeoutMs = (int)COMM_MIN(comm->timeoutMs, INT32_MAX);
-    config = &childConfig;
-  }
-  res = commInitRankConfig(newcomm, n, id, newRank, config);
+  res = childInit(comm, survivors, n, newRank, COMM_TAG_SHRINK, config, newcomm);
   if (res == commSuccess || res == commInProgress)
     INFO(COMM_INIT, "commShrink: rank %d -> rank %d of %d (%d excluded)", comm->rank, newRank, n, nExclude);
 out:
