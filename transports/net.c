@@ -382,18 +382,41 @@ static void* netProxyMain(void* arg);
 int netFailed(const netPriv* p) { return __atomic_load_n(&p->failed, __ATOMIC_RELAXED); }
 static void netSetFailed(netPriv* p) { __atomic_store_n(&p->failed, 1, __ATOMIC_RELAXED); }
 
+commResult_t netListAdd(struct commNetState* st, commConn*** list, int* n, int* cap, commConn* conn) {
+  commResult_t res = commSuccess;
+  pthread_mutex_lock(&st->listLock);
+  if (*n == *cap) {
+    int c = *cap ? 2 * *cap : 16;
+    res = commRealloc(list, (size_t)*cap, (size_t)c, sizeof(commConn*));
+    if (res == commSuccess) *cap = c;
+  }
+  if (res == commSuccess) (*list)[(*n)++] = conn;
+  pthread_mutex_unlock(&st->listLock);
+  return res;
+}
+
+void netListRemove(struct commNetState* st, commConn** list, int* n, commConn* conn) {
+  if (st) pthread_mutex_lock(&st->listLock);
+  for (int i = 0; i < *n; i++) {
+    if (list[i] == conn) {
+      list[i] = list[--*n];
+      list[*n] = NULL;
+      break;
+    }
+  }
+  if (st) pthread_mutex_unlock(&st->listLock);
+}
+
+void netBindProxy(struct commComm* comm, const char* what) {
+  if (comm->topo == NULL || comm->topoRanks == NULL) return;
+  int nic = commTopoRankNic(comm->topo, comm->topoRanks, comm->nRanks, comm->rank, 0);
+  commTopoBindThread(comm->topo, nic >= 0 ? nic : comm->topoRanks[comm->rank].dev, what);
+}
+
 static commResult_t netRegister(struct commComm* comm, commConn* conn) {
   if (conn->onDevice) return netDevRegister(comm, conn);
   struct commNetState* st = comm->net;
-  commResult_t res = commSuccess;
-  pthread_mutex_lock(&st->listLock);
-  if (comm->nNetConns == comm->netConnsCap) {
-    int cap = comm->netConnsCap ? 2 * comm->netConnsCap : 16;
-    res = commRealloc(&comm->netConns, (size_t)comm->netConnsCap, (size_t)cap, sizeof(commConn*));
-    if (res == commSuccess) comm->netConnsCap = cap;
-  }
-  if (res == commSuccess) comm->netConns[comm->nNetConns++] = conn;
-  pthread_mutex_unlock(&st->listLock);
+  commResult_t res = netListAdd(st, &comm->netConns, &comm->nNetConns, &comm->netConnsCap, conn);
   if (res != commSuccess || st->proxyStarted) return res;
   int err = pthread_create(&st->proxy, NULL, netProxyMain, st);
   if (err) {
@@ -415,18 +438,6 @@ void commNetReleaseConnList(struct commComm* comm) {
   if (st) pthread_mutex_unlock(&st->listLock);
 }
 
-static void netUnregister(struct commComm* comm, commConn* conn) {
-  struct commNetState* st = comm->net;
-  if (st) pthread_mutex_lock(&st->listLock);
-  for (int i = 0; i < comm->nNetConns; i++) {
-    if (comm->netConns[i] == conn) {
-      comm->netConns[i] = comm->netConns[--comm->nNetConns];
-      comm->netConns[comm->nNetConns] = NULL;
-      break;
-    }
-  }
-  if (st) pthread_mutex_unlock(&st->listLock);
-}
 
 static commResult_t netSetup(struct commComm* comm, commConn* conn) {
   if (!comm->net || !comm->net->net) {
@@ -695,11 +706,7 @@ void commNetKickProxy(struct commComm* comm) {
 static void* netProxyMain(void* arg) {
   struct commNetState* st = (struct commNetState*)arg;
   struct commComm* comm = st->comm;
-  /* Run near the NIC this rank's traffic leaves through (or its device): its NUMA node's cores. */
-  if (comm->topo && comm->topoRanks) {
-    int nic = commTopoRankNic(comm->topo, comm->topoRanks, comm->nRanks, comm->rank, 0);
-    commTopoBindThread(comm->topo, nic >= 0 ? nic : comm->topoRanks[comm->rank].dev, "NET proxy thread");
-  }
+  netBindProxy(comm, "NET proxy thread");
   for (;;) {
     pthread_mutex_lock(&st->wakeLock);
     while (!st->wanted && !__atomic_load_n(&st->proxyStop, __ATOMIC_ACQUIRE))
@@ -749,7 +756,7 @@ static commResult_t netCheck(struct commComm* comm, commConn* conn) {
 static commResult_t netClose(struct commComm* comm, commConn* conn) {
   netPriv* p = (netPriv*)conn->priv;
   if (conn->onDevice) netDevUnregister(comm, conn);
-  else netUnregister(comm, conn);
+  else netListRemove(comm->net, comm->netConns, &comm->nNetConns, conn);
   if (!p) return commSuccess;
   if (p->sendComm) {
     if (p->mhandle) p->net->deregMr(p->sendComm, p->mhandle);

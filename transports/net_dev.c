@@ -29,7 +29,6 @@
 #include "core.h"
 #include "debug.h"
 #include "net_internal.h"
-#include "topo.h"
 #include "utils.h"
 
 #define NET_DEV_IDLE_US 50              /* idle: how often the proxy looks for running kernels */
@@ -72,10 +71,7 @@ static void devProxyPass(struct commNetState* st, int active, int* pending) {
 static void* devProxyMain(void* arg) {
   struct commNetState* st = (struct commNetState*)arg;
   struct commComm* comm = st->comm;
-  if (comm->topo && comm->topoRanks) { /* near the NIC, as the host executor's proxy */
-    int nic = commTopoRankNic(comm->topo, comm->topoRanks, comm->nRanks, comm->rank, 0);
-    commTopoBindThread(comm->topo, nic >= 0 ? nic : comm->topoRanks[comm->rank].dev, "NET device proxy thread");
-  }
+  netBindProxy(comm, "NET device proxy thread");
   while (!__atomic_load_n(&st->devProxyStop, __ATOMIC_ACQUIRE)) {
     int active = devBusy(st) || commTimeNs() - __atomic_load_n(&st->devKickNs, __ATOMIC_ACQUIRE) < NET_DEV_KICK_NS;
     int pending = 0;
@@ -99,15 +95,7 @@ commResult_t netDevRegister(struct commComm* comm, commConn* conn) {
     st->devBusy = (volatile uint32_t*)host;
     st->devBusyDev = (uint32_t*)dev;
   }
-  commResult_t res = commSuccess;
-  pthread_mutex_lock(&st->listLock);
-  if (st->nDevConns == st->devConnsCap) {
-    int cap = st->devConnsCap ? 2 * st->devConnsCap : 16;
-    res = commRealloc(&st->devConns, (size_t)st->devConnsCap, (size_t)cap, sizeof(commConn*));
-    if (res == commSuccess) st->devConnsCap = cap;
-  }
-  if (res == commSuccess) st->devConns[st->nDevConns++] = conn;
-  pthread_mutex_unlock(&st->listLock);
+  commResult_t res = netListAdd(st, &st->devConns, &st->nDevConns, &st->devConnsCap, conn);
   if (res != commSuccess || st->devProxyStarted) return res;
   int err = pthread_create(&st->devProxy, NULL, devProxyMain, st);
   if (err) {
@@ -132,14 +120,7 @@ void netDevUnregister(struct commComm* comm, commConn* conn) {
            && commTimeNs() < deadline)
       commBackoffWait(&bo);
   }
-  pthread_mutex_lock(&st->listLock);
-  for (int i = 0; i < st->nDevConns; i++) {
-    if (st->devConns[i] == conn) {
-      st->devConns[i] = st->devConns[--st->nDevConns];
-      break;
-    }
-  }
-  pthread_mutex_unlock(&st->listLock);
+  netListRemove(st, st->devConns, &st->nDevConns, conn);
 }
 
 void netDevStop(struct commNetState* st) {

@@ -62,6 +62,11 @@ typedef struct {
 
 /* net.c */
 int netFailed(const netPriv* p);
+/* The connection lists the proxy threads walk: add (growing it) and remove, under st->listLock (when st). */
+commResult_t netListAdd(struct commNetState* st, commConn*** list, int* n, int* cap, commConn* conn);
+void netListRemove(struct commNetState* st, commConn** list, int* n, commConn* conn);
+/* Bind the calling proxy thread near the NIC this rank's traffic leaves through (or its device). */
+void netBindProxy(struct commComm* comm, const char* what);
 /* Post sends for the slots filled up to head / receives on every free slot, and retire completed requests
  * in order (tail / sizes and head). */
 commResult_t netProgressSend(commConn* conn, netPriv* p);
