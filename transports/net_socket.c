@@ -50,39 +50,9 @@
 #include "topo.h"
 #include "transport.h"
 #include "utils.h"
+#include "net_socket_internal.h"
 
-#define SOCK_MAX_DATA 16
-#define SOCK_PIECE_ALIGN (64 * 1024)
-#define SOCK_MAX_REQS COMM_NET_MAX_REQUESTS
-#define SOCK_HELLO_MAGIC_MASK 0xffffffffu
-#define SOCK_MAX_PENDING (2 * (SOCK_MAX_DATA + 1))
-#define SOCK_CONNECT_MS 30000
-#define SOCK_HDR_INLINE (1ull << 63)
-/* Paired connections: after this header, the payload and everything that follows travel on the other of
- * the two control sockets (shared <-> private) until the next switch. */
-#define SOCK_HDR_SWITCH (1ull << 62)
-#define SOCK_STAGE_BYTES 4096
-
-typedef struct {
-  commSockAddr addr;
-  uint64_t magic;
-} sockHandle;
-
-typedef struct {
-  uint32_t magic;
-  uint16_t index; /* 0: control, 1..count: data; SOCK_HELLO_PAIRED on a shared control socket */
-  uint16_t count; /* number of data sockets */
-} sockHello;
-#define SOCK_HELLO_PAIRED 0x8000u
-
-/* A control socket shared by a send and a receive connection (see "Paired connections"). */
-#define SOCK_SHARED_DEAD (-2) /* the acceptor's listener closed before the socket arrived */
-typedef struct {
-  int fd;   /* atomic: -1 until the acceptor's listener received it; SOCK_SHARED_DEAD if it never will */
-  int refs; /* atomic: connections (or the listener, for the receive one to come) holding it */
-} sockShared;
-
-static void sockSharedRelease(sockShared* sh, int isSend) {
+void sockSharedRelease(sockShared* sh, int isSend) {
   int fd = __atomic_load_n(&sh->fd, __ATOMIC_ACQUIRE);
   if (isSend && fd >= 0) shutdown(fd, SHUT_WR); /* the peer's receive side sees this direction end */
   if (__atomic_sub_fetch(&sh->refs, 1, __ATOMIC_ACQ_REL) == 0) {
@@ -98,20 +68,16 @@ static void sockSharedRelease(sockShared* sh, int isSend) {
   }
 }
 
-_Static_assert(sizeof(sockHandle) <= COMM_NET_HANDLE_MAXSIZE, "socket handle too large");
-_Static_assert(sizeof(sockHello) == 8, "hello must be 8 bytes");
-
 /* ---------------------------------------------------------------- process-wide device state */
 
 /* One device per usable interface (commSocketFindInterfaces: COMM_SOCKET_IFNAME's matches, or every
  * interface that is up with an address of the best class); device 0 is the bootstrap's interface. A
  * device is where a receiver listens; a sender connects from wherever the kernel routes to that address. */
-#define SOCK_MAX_DEVS 16
 static pthread_mutex_t sockInitLock = PTHREAD_MUTEX_INITIALIZER;
-static int sockInitDone;
-static int sockNDevs;
+int sockInitDone;
+int sockNDevs;
 static char sockIfNames[SOCK_MAX_DEVS][COMM_IFNAME_MAX];
-static commSockAddr sockIfAddrs[SOCK_MAX_DEVS];
+commSockAddr sockIfAddrs[SOCK_MAX_DEVS];
 
 static commResult_t sockInit(commNetLogger_t logger) {
   (void)logger; /* built in: logs through debug.h directly */
@@ -172,112 +138,19 @@ static commResult_t sockGetProperties(int dev, commNetProperties_t* props) {
 
 /* ---------------------------------------------------------------- helpers */
 
-static void sockTune(int fd) {
+void sockTune(int fd) {
   commSocketSetNoDelay(fd);
   int bufBytes = (int)commParamSize("COMM_SOCKET_BUFSIZE", 4 << 20, 0, 1 << 30);
   if (bufBytes > 0) commSocketSetBufferSizes(fd, bufBytes);
 }
 
-static void sockConfig(int* nThreads, int* nSocksPerThread) {
+void sockConfig(int* nThreads, int* nSocksPerThread) {
   int nt = (int)commParamInt("COMM_SOCKET_NTHREADS", 2, 1, SOCK_MAX_DATA);
   int ns = (int)commParamInt("COMM_NSOCKS_PERTHREAD", 2, 1, SOCK_MAX_DATA);
   if (nt * ns > SOCK_MAX_DATA) ns = SOCK_MAX_DATA / nt;
   *nThreads = nt;
   *nSocksPerThread = ns;
 }
-
-/* ---------------------------------------------------------------- comms and requests */
-
-struct sockComm;
-
-typedef struct {
-  struct sockComm* comm;
-  int used;
-  int isSend;
-  char* data;
-  size_t cap;      /* receive: capacity posted */
-  uint64_t size;   /* message size (send: given; receive: from the header) */
-  uint64_t hdr;    /* the header on the wire: size, | SOCK_HDR_INLINE when the payload follows inline */
-  int isInline;    /* payload on the control socket (decided by the sender) */
-  int started;     /* its control part has begun: the sockets below are fixed */
-  int hdrSock;     /* paired: which control socket the header is on (0 shared, 1 private) */
-  int paySock;     /* ... and the inline payload */
-  size_t ctrlOff;  /* bytes of header + inline payload moved on the control socket */
-  int ctrlDone;    /* header (and inline payload) moved, pieces queued */
-  int pending;     /* pieces not finished by the helper threads (atomic) */
-  int err;         /* errno of a failed piece, -1 for EOF (atomic) */
-} sockReq;
-
-typedef struct {
-  int fd;
-  char* buf;
-  size_t len;
-  sockReq* req;
-} sockTask;
-
-typedef struct {
-  struct sockComm* comm;
-  pthread_t thread;
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  sockTask* queue;
-  int cap, head, count;
-  int stop;
-  int started;
-} sockThread;
-
-typedef struct sockComm {
-  int isSend;
-  int dev;             /* the device (interface) it was made on: helper threads run near it */
-  int ctrlFd;          /* headers (and inline payloads); paired: the shared socket, -1 on an acceptor's send
-                        * connection until it arrives */
-  sockShared* shared;  /* the shared socket of a paired connection, else NULL */
-  int privFd;          /* paired: the connection's own control socket, for bigger inline payloads; else -1 */
-  size_t pairInline;   /* paired: inline payloads up to this size go on the shared socket */
-  int nData;
-  int dataFds[SOCK_MAX_DATA];
-  char peerStr[96];
-  int nThreads;
-  int threadsStarted;
-  sockThread threads[SOCK_MAX_DATA];
-  sockReq reqs[SOCK_MAX_REQS];
-  uint64_t posted;  /* requests posted so far */
-  uint64_t ctrlSeq; /* requests whose control part is done */
-  uint64_t largeSeq;
-  size_t inlineBytes;
-  int ctrlErr;      /* sticky error of the control socket: errno, -1 for EOF */
-  /* Receiver: bytes read from the control socket ahead of the request that needs them, so that a small
-   * message (header and inline payload) costs one recv() instead of two. */
-  char* stage[2]; /* per control socket: 0 the (shared) control socket, 1 the private one when paired */
-  size_t stageOff[2], stageLen[2];
-  int mode;       /* paired: the control socket the next header goes on / comes from (0 or 1) */
-} sockComm;
-
-typedef struct {
-  int fd;
-  size_t off;
-  sockHello hello;
-  commSockAddr addr;
-} sockPending;
-
-typedef struct {
-  int fd;
-  uint32_t magic;
-  commSockAddr addr;
-  sockPending pending[SOCK_MAX_PENDING];
-  int nPending;
-  int fds[SOCK_MAX_DATA + 1]; /* by hello index; -1 until arrived */
-  commSockAddr fdAddr;        /* the control socket's remote address */
-  int count;                  /* data sockets announced (-1: not known yet) */
-  int nGot;
-  /* Paired: the connection to accept shares a socket with a send connection (pairShared->fd): the
-   * connector made it; on the acceptor's listener it arrives with the PAIRED bit and is published there.
-   * fds[0] is still the connection's own (private) control socket. The reference passes to the accepted
-   * comm. */
-  sockShared* pairShared;
-  int pairExpect;             /* acceptor: the control socket must come with the PAIRED bit */
-  int dev;
-} sockListen;
 
 static void* sockThreadMain(void* arg) {
   sockThread* t = (sockThread*)arg;
@@ -665,7 +538,7 @@ static int64_t sockDefaultInline(void) {
   return ncpu >= 8 ? 64 * 1024 : 1 << 30;
 }
 
-static commResult_t sockNewComm(int isSend, int nData, sockComm** out) {
+commResult_t sockNewComm(int isSend, int nData, sockComm** out) {
   sockComm* c;
   COMMCHECK(commCalloc(&c, 1, sizeof(*c)));
   c->isSend = isSend;
@@ -689,7 +562,7 @@ static commResult_t sockNewComm(int isSend, int nData, sockComm** out) {
   return commSuccess;
 }
 
-static void sockFreeComm(sockComm* c) {
+void sockFreeComm(sockComm* c) {
   if (!c) return;
   sockStopThreads(c);
   if (c->shared) {
@@ -707,282 +580,6 @@ static void sockFreeComm(sockComm* c) {
   free(c);
 }
 
-/* ---------------------------------------------------------------- listen / connect / accept */
-
-static commResult_t sockListenFn(int dev, void* handle, void** listenComm) {
-  *listenComm = NULL;
-  if (dev < 0 || dev >= sockNDevs || !sockInitDone) {
-    WARN("NET/Socket : listen on invalid device %d", dev);
-    return commInvalidArgument;
-  }
-  sockListen* l;
-  COMMCHECK(commCalloc(&l, 1, sizeof(*l)));
-  commSockAddr addr = sockIfAddrs[dev];
-  if (addr.sa.sa_family == AF_INET) addr.sin.sin_port = 0;
-  else addr.sin6.sin6_port = 0;
-  commResult_t res;
-  uint64_t magic;
-  COMMCHECKGOTO(commRandom64(&magic), res, fail);
-  COMMCHECKGOTO(commSocketListen(&addr, &l->fd), res, fail);
-  l->magic = (uint32_t)(magic & SOCK_HELLO_MAGIC_MASK);
-  l->count = -1;
-  l->dev = dev;
-  for (int i = 0; i <= SOCK_MAX_DATA; i++) l->fds[i] = -1;
-  sockHandle* h = (sockHandle*)handle;
-  memset(h, 0, sizeof(*h));
-  h->addr = addr;
-  h->magic = l->magic;
-  *listenComm = l;
-  return commSuccess;
-fail:
-  free(l);
-  return res;
-}
-
-/* Connects the sockets of send comm c to the listener of handle h: the control socket (when withCtrl) with
- * ctrlFlags in its hello, then the data sockets. */
-static commResult_t sockConnectSockets(sockComm* c, const sockHandle* h, int withCtrl, uint16_t ctrlFlags) {
-  int64_t deadline = commTimeNs() + (int64_t)SOCK_CONNECT_MS * 1000000;
-  for (int i = withCtrl ? 0 : 1; i <= c->nData; i++) {
-    int fd = -1;
-    COMMCHECK(commSocketConnect(&h->addr, &fd, deadline, NULL));
-    if (i == 0) c->ctrlFd = fd;
-    else c->dataFds[i - 1] = fd;
-    sockTune(fd);
-    sockHello hello = {(uint32_t)(h->magic & SOCK_HELLO_MAGIC_MASK), (uint16_t)(i | (i == 0 ? ctrlFlags : 0)),
-                       (uint16_t)c->nData};
-    COMMCHECK(commSocketSendAll(fd, &hello, sizeof(hello), deadline, NULL));
-  }
-  if (c->ctrlFd >= 0) COMMCHECK(commSocketSetNonBlocking(c->ctrlFd, 1));
-  for (int i = 0; i < c->nData; i++) COMMCHECK(commSocketSetNonBlocking(c->dataFds[i], 0));
-  return commSuccess;
-}
-
-static commResult_t sockNewSend(int dev, const sockHandle* h, sockComm** out) {
-  *out = NULL;
-  if (dev < 0 || dev >= sockNDevs) {
-    WARN("NET/Socket : connect on invalid device %d", dev);
-    return commInvalidArgument;
-  }
-  int nt, ns;
-  sockConfig(&nt, &ns);
-  COMMCHECK(sockNewComm(1, nt * ns, out));
-  (*out)->dev = dev;
-  commSocketAddrStr(&h->addr, (*out)->peerStr, sizeof((*out)->peerStr));
-  return commSuccess;
-}
-
-static commResult_t sockConnect(int dev, void* handle, void** sendComm) {
-  *sendComm = NULL;
-  const sockHandle* h = (const sockHandle*)handle;
-  sockComm* c;
-  COMMCHECK(sockNewSend(dev, h, &c));
-  commResult_t res = sockConnectSockets(c, h, 1, 0);
-  if (res != commSuccess) {
-    WARN("NET/Socket : could not connect to %s", c->peerStr);
-    sockFreeComm(c);
-    return res;
-  }
-  TRACE(COMM_NET, "NET/Socket : connected to %s with %d data sockets", c->peerStr, c->nData);
-  *sendComm = c;
-  return commSuccess;
-}
-
-static commResult_t sockConnectPaired(int dev, void* handle, void* pairListen, void** sendComm) {
-  *sendComm = NULL;
-  const sockHandle* h = (const sockHandle*)handle;
-  sockListen* l = (sockListen*)pairListen;
-  uint32_t peerMagic = (uint32_t)(h->magic & SOCK_HELLO_MAGIC_MASK);
-  /* Both sides compare the same two magics, so they agree on the roles (and on not pairing at all). */
-  if (l == NULL || l->magic == peerMagic) return sockConnect(dev, handle, sendComm);
-  if (l->pairShared) {
-    WARN("NET/Socket : listener already paired");
-    return commInternalError;
-  }
-  int connector = l->magic < peerMagic;
-  sockComm* c;
-  COMMCHECK(sockNewSend(dev, h, &c));
-  commResult_t res = commCalloc(&c->shared, 1, sizeof(sockShared));
-  if (res != commSuccess) {
-    sockFreeComm(c);
-    return res;
-  }
-  c->shared->fd = -1;
-  c->shared->refs = 1; /* the send comm's; the listener's is added below */
-  /* The connection's own sockets, as unpaired; its control socket becomes the private one. */
-  res = sockConnectSockets(c, h, 1, 0);
-  c->privFd = c->ctrlFd;
-  c->ctrlFd = -1;
-  if (res == commSuccess && connector) {
-    int64_t deadline = commTimeNs() + (int64_t)SOCK_CONNECT_MS * 1000000;
-    int fd = -1;
-    sockHello hello = {peerMagic, (uint16_t)SOCK_HELLO_PAIRED, (uint16_t)c->nData};
-    res = commSocketConnect(&h->addr, &fd, deadline, NULL);
-    if (res == commSuccess) {
-      c->ctrlFd = fd;
-      sockTune(fd);
-      res = commSocketSendAll(fd, &hello, sizeof(hello), deadline, NULL);
-    }
-    if (res == commSuccess) res = commSocketSetNonBlocking(fd, 1);
-  }
-  if (res != commSuccess) {
-    WARN("NET/Socket : could not connect to %s", c->peerStr);
-    sockFreeComm(c);
-    return res;
-  }
-  c->shared->refs = 2;
-  l->pairShared = c->shared;
-  if (connector) {
-    __atomic_store_n(&c->shared->fd, c->ctrlFd, __ATOMIC_RELEASE); /* the receive connection's too */
-  } else {
-    l->pairExpect = 1;
-  }
-  TRACE(COMM_NET, "NET/Socket : connected to %s with %d data sockets, paired (%s)", c->peerStr, c->nData,
-        connector ? "shared socket connected here" : "shared socket arriving on the paired listener");
-  *sendComm = c;
-  return commSuccess;
-}
-
-static void sockDropPending(sockListen* l, int i) {
-  l->pending[i] = l->pending[l->nPending - 1];
-  l->nPending--;
-}
-
-static commResult_t sockAccept(void* listenComm, void** recvComm) {
-  *recvComm = NULL;
-  sockListen* l = (sockListen*)listenComm;
-  if (!l) return commInvalidArgument;
-  char buf[96];
-  /* New connections. */
-  while (l->nPending < SOCK_MAX_PENDING) {
-    commSockAddr addr;
-    socklen_t len = sizeof(addr);
-    int fd = accept4(l->fd, &addr.sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      WARN("NET/Socket : accept failed: %s", strerror(errno));
-      return commSystemError;
-    }
-    sockPending* p = &l->pending[l->nPending++];
-    memset(p, 0, sizeof(*p));
-    p->fd = fd;
-    p->addr = addr;
-  }
-  /* Hellos. */
-  for (int i = 0; i < l->nPending;) {
-    sockPending* p = &l->pending[i];
-    ssize_t s = recv(p->fd, (char*)&p->hello + p->off, sizeof(sockHello) - p->off, MSG_DONTWAIT);
-    if (s < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      i++;
-      continue;
-    }
-    if (s <= 0) {
-      INFO(COMM_NET, "NET/Socket : dropping connection from %s before its hello",
-           commSocketAddrStr(&p->addr, buf, sizeof(buf)));
-      close(p->fd);
-      sockDropPending(l, i);
-      continue;
-    }
-    p->off += (size_t)s;
-    if (p->off < sizeof(sockHello)) { /* read the rest on the next pass */
-      i++;
-      continue;
-    }
-    sockHello h = p->hello;
-    if (h.index == SOCK_HELLO_PAIRED) {
-      /* The shared socket of a paired connection: only where one is expected, once. */
-      int ok = h.magic == l->magic && l->pairExpect && __atomic_load_n(&l->pairShared->fd, __ATOMIC_ACQUIRE) < 0;
-      if (!ok) {
-        WARN("NET/Socket : rejecting connection from %s (unexpected shared socket)",
-             commSocketAddrStr(&p->addr, buf, sizeof(buf)));
-        close(p->fd);
-      } else {
-        sockTune(p->fd);
-        __atomic_store_n(&l->pairShared->fd, p->fd, __ATOMIC_RELEASE); /* to the send connection too */
-      }
-      sockDropPending(l, i);
-      continue;
-    }
-    int ok = h.magic == l->magic && h.count >= 1 && h.count <= SOCK_MAX_DATA && h.index <= h.count &&
-             (l->count < 0 || l->count == h.count) && l->fds[h.index] < 0;
-    if (!ok) {
-      WARN("NET/Socket : rejecting connection from %s (bad hello)", commSocketAddrStr(&p->addr, buf, sizeof(buf)));
-      close(p->fd);
-    } else {
-      l->count = h.count;
-      l->fds[h.index] = p->fd;
-      if (h.index == 0) l->fdAddr = p->addr;
-      l->nGot++;
-    }
-    sockDropPending(l, i);
-  }
-  if (l->count < 0 || l->nGot < l->count + 1) return commSuccess;
-  if (l->pairShared && __atomic_load_n(&l->pairShared->fd, __ATOMIC_ACQUIRE) < 0) return commSuccess;
-
-  sockComm* c;
-  COMMCHECK(sockNewComm(0, l->count, &c));
-  commResult_t res = l->pairShared ? commCalloc(&c->stage[1], SOCK_STAGE_BYTES, 1) : commSuccess;
-  if (res != commSuccess) {
-    sockFreeComm(c);
-    return res;
-  }
-  c->ctrlFd = l->fds[0];
-  c->dev = l->dev;
-  if (l->pairShared) { /* the shared socket first, the own control socket is the private one */
-    c->privFd = c->ctrlFd;
-    c->ctrlFd = __atomic_load_n(&l->pairShared->fd, __ATOMIC_ACQUIRE);
-    c->shared = l->pairShared; /* the listener's reference passes to the connection */
-    l->pairShared = NULL;
-    l->pairExpect = 0;
-  }
-  for (int i = 0; i < l->count; i++) c->dataFds[i] = l->fds[i + 1];
-  for (int i = 0; i <= l->count; i++) l->fds[i] = -1;
-  l->count = -1;
-  l->nGot = 0;
-  commSocketAddrStr(&l->fdAddr, c->peerStr, sizeof(c->peerStr));
-  sockTune(c->ctrlFd);
-  if (c->privFd >= 0) sockTune(c->privFd);
-  for (int i = 0; i < c->nData; i++) {
-    sockTune(c->dataFds[i]);
-    COMMCHECKGOTO(commSocketSetNonBlocking(c->dataFds[i], 0), res, fail);
-  }
-  TRACE(COMM_NET, "NET/Socket : accepted %s with %d data sockets", c->peerStr, c->nData);
-  *recvComm = c;
-  return commSuccess;
-fail:
-  sockFreeComm(c);
-  return res;
-}
-
-static commResult_t sockCloseSend(void* sendComm) {
-  sockFreeComm((sockComm*)sendComm);
-  return commSuccess;
-}
-
-static commResult_t sockCloseRecv(void* recvComm) {
-  sockFreeComm((sockComm*)recvComm);
-  return commSuccess;
-}
-
-static commResult_t sockCloseListen(void* listenComm) {
-  sockListen* l = (sockListen*)listenComm;
-  if (!l) return commSuccess;
-  for (int i = 0; i < l->nPending; i++) close(l->pending[i].fd);
-  for (int i = 0; i <= SOCK_MAX_DATA; i++)
-    if (l->fds[i] >= 0) close(l->fds[i]);
-  if (l->pairShared) {
-    /* An acceptor's send connection still waiting for the shared socket would wait forever: tell it. */
-    int expected = -1;
-    if (l->pairExpect)
-      __atomic_compare_exchange_n(&l->pairShared->fd, &expected, SOCK_SHARED_DEAD, 0, __ATOMIC_ACQ_REL,
-                                  __ATOMIC_ACQUIRE);
-    sockSharedRelease(l->pairShared, 0);
-  }
-  if (l->fd >= 0) close(l->fd);
-  free(l);
-  return commSuccess;
-}
 
 const commNet_t commNetSocket = {
     .name = "Socket",
