@@ -17,6 +17,7 @@
  * Device-buffer connections (conn->onDevice) keep the same FIFO in pinned host memory the GPU maps; the
  * CUDA kernel fills and drains it, and a proxy thread of their own moves it (transports/net_dev.c). */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -35,6 +36,7 @@
 #include "utils.h"
 #include "net_internal.h"
 #ifdef COMM_HAVE_IBVERBS
+#include "ib/ib_gdr.h"
 #include "ib/ib_verbs_fake.h"
 #include "ib/net_ib.h"
 #endif
@@ -168,18 +170,34 @@ static char netIbWhy[300];
 static char netIbHow[128]; /* what IB runs over, for the INFO line */
 static const commNet_t* netIb; /* the IB table, once usable */
 
+/* COMM_IB_FAKE=...:gdr: the fake takes device memory as a dma-buf registration (the CUDA side claims a
+ * dma-buf for any device pointer; the fake registers its address and moves data with CUDA copies), so the
+ * GPUDirect RDMA data path runs end to end on a machine with a GPU and no NIC. */
+static int fakeGdrDmabufSupported(int dev) { return dev >= 0; }
+static int fakeGdrDmabufFd(uintptr_t start, size_t size, int* fd) {
+  (void)start, (void)size;
+  *fd = open("/dev/null", O_RDONLY | O_CLOEXEC); /* the fake checks only fd >= 0; the caller closes it */
+  return *fd >= 0 ? 0 : -1;
+}
+static ibGdrOps fakeGdrOps;
+
 static const commIbVerbs* netIbFakeVerbs(const char* spec, char* why, size_t whyLen) {
   char* end = NULL;
   long n = strtol(spec, &end, 10);
   uint8_t linkLayer = IBV_LINK_LAYER_INFINIBAND;
-  if (end != spec && end && *end == ':') {
-    if (strcasecmp(end + 1, "roce") == 0) linkLayer = IBV_LINK_LAYER_ETHERNET;
-    else if (strcasecmp(end + 1, "ib") == 0) linkLayer = IBV_LINK_LAYER_INFINIBAND;
-    else end = NULL;
-    if (end) end += strlen(end);
+  int gdr = 0, bad = end == spec;
+  while (!bad && end && *end == ':') { /* :ib, :roce, :gdr */
+    const char* word = end + 1;
+    size_t len = strcspn(word, ":");
+    if (len == 2 && strncasecmp(word, "ib", 2) == 0) linkLayer = IBV_LINK_LAYER_INFINIBAND;
+    else if (len == 4 && strncasecmp(word, "roce", 4) == 0) linkLayer = IBV_LINK_LAYER_ETHERNET;
+    else if (len == 3 && strncasecmp(word, "gdr", 3) == 0) gdr = 1;
+    else bad = 1;
+    end = (char*)word + len;
   }
-  if (end == spec || end == NULL || *end != '\0' || n < 1 || n > COMM_IB_FAKE_MAX_DEVS) {
-    snprintf(why, whyLen, "COMM_IB_FAKE=%s is not <n>[:ib|:roce] with n in 1..%d", spec, COMM_IB_FAKE_MAX_DEVS);
+  if (bad || end == NULL || *end != '\0' || n < 1 || n > COMM_IB_FAKE_MAX_DEVS) {
+    snprintf(why, whyLen, "COMM_IB_FAKE=%s is not <n>[:ib|:roce][:gdr] with n in 1..%d", spec,
+             COMM_IB_FAKE_MAX_DEVS);
     return NULL;
   }
   commIbFakeDevice devs[COMM_IB_FAKE_MAX_DEVS];
@@ -192,6 +210,16 @@ static const commIbVerbs* netIbFakeVerbs(const char* spec, char* why, size_t why
   if (err) {
     snprintf(why, whyLen, "COMM_IB_FAKE=%s: cannot configure the fake devices: %s", spec, strerror(err));
     return NULL;
+  }
+  if (gdr) {
+    commIbFakeOptions opt;
+    commIbFakeGetOptions(&opt);
+    opt.dmabuf = 1;
+    commIbFakeSetOptions(&opt);
+    fakeGdrOps = *ibGdrDriverOps();
+    fakeGdrOps.dmabufSupported = fakeGdrDmabufSupported;
+    fakeGdrOps.dmabufFd = fakeGdrDmabufFd;
+    ibGdrSetOps(&fakeGdrOps);
   }
   snprintf(netIbHow, sizeof(netIbHow), "fake verbs (COMM_IB_FAKE=%s, tests only)", spec);
   return commIbFakeVerbs();
@@ -455,10 +483,10 @@ static commResult_t netSetup(struct commComm* comm, commConn* conn) {
   conn->priv = p;
   size_t ctrlBytes = COMM_ALIGN_UP(sizeof(commFifoCtrl), (size_t)NET_PAGE);
   size_t bytes = ctrlBytes + (size_t)comm->nSlots * comm->slotBytes;
-  if (conn->onDevice) { /* the kernel fills and drains it in place: pinned host memory it maps */
+  if (conn->onDevice) { /* the kernel fills and drains it in place (net_dev.c) */
     p->onDevice = 1;
     p->cudaDev = comm->cudaDev;
-    COMMCHECK(commDevHostAlloc(comm->cudaDev, bytes, &p->mem, &p->memDev));
+    COMMCHECK(netDevSetup(comm, conn, p, ctrlBytes, (size_t)comm->nSlots * comm->slotBytes));
   } else {
     int err = posix_memalign(&p->mem, NET_PAGE, bytes);
     if (err) {
@@ -468,8 +496,10 @@ static commResult_t netSetup(struct commComm* comm, commConn* conn) {
     }
     memset(p->mem, 0, bytes);
   }
-  conn->ctrl = (commFifoCtrl*)p->mem;
-  conn->slots = (char*)p->mem + ctrlBytes;
+  if (!conn->onDevice) {
+    conn->ctrl = (commFifoCtrl*)p->mem;
+    conn->slots = (char*)p->mem + ctrlBytes;
+  }
   conn->slotBytes = comm->slotBytes;
   conn->nSlots = comm->nSlots;
   conn->step = 0;
@@ -585,8 +615,9 @@ static commResult_t netSendConnect(struct commComm* comm, commConn* conn, const 
   memcpy(handle, info, sizeof(handle));
   netConnectArgs args = {p->net, p->dev, netPairListen(comm, conn, ((const char*)info)[PAIR_FLAG_AT] == 1)};
   COMMCHECK(netWait(comm, conn, "connect", netConnectFn, &args, handle, &p->sendComm));
-  commResult_t res = p->net->regMr(p->sendComm, conn->slots, (size_t)conn->nSlots * conn->slotBytes,
-                                   COMM_PTR_HOST, &p->mhandle);
+  commResult_t res = p->onDevice ? netDevRegMr(conn, p, p->sendComm)
+                                 : p->net->regMr(p->sendComm, conn->slots, (size_t)conn->nSlots * conn->slotBytes,
+                                                 COMM_PTR_HOST, &p->mhandle);
   if (res != commSuccess) return netSetupFail(conn, "regMr", res);
   return netRegister(comm, conn);
 }
@@ -597,8 +628,9 @@ static commResult_t netRecvConnect(struct commComm* comm, commConn* conn, const 
   COMMCHECK(netWait(comm, conn, "accept", netAcceptFn, (void*)p->net, p->listenComm, &p->recvComm));
   p->net->closeListen(p->listenComm);
   p->listenComm = NULL;
-  commResult_t res = p->net->regMr(p->recvComm, conn->slots, (size_t)conn->nSlots * conn->slotBytes,
-                                   COMM_PTR_HOST, &p->mhandle);
+  commResult_t res = p->onDevice ? netDevRegMr(conn, p, p->recvComm)
+                                 : p->net->regMr(p->recvComm, conn->slots, (size_t)conn->nSlots * conn->slotBytes,
+                                                 COMM_PTR_HOST, &p->mhandle);
   if (res != commSuccess) return netSetupFail(conn, "regMr", res);
   return netRegister(comm, conn);
 }
@@ -615,6 +647,8 @@ static commResult_t netComplete(commConn* conn, netPriv* p) {
     if (res != commSuccess) return netFail(conn, res);
     if (!done) break;
     p->reqs[i] = NULL;
+    if (!conn->isSend && p->slotsOnDevice && size > 0 && (res = netDevFlush(conn, p, i, size)) != commSuccess)
+      return netFail(conn, res);
     if (!conn->isSend) ctrl->sizes[i] = size;
     p->done++;
     COMM_STORE_REL(conn->isSend ? &ctrl->tail : &ctrl->head, p->done);
@@ -767,7 +801,7 @@ static commResult_t netClose(struct commComm* comm, commConn* conn) {
     p->net->closeRecv(p->recvComm);
   }
   if (p->listenComm) p->net->closeListen(p->listenComm);
-  if (p->onDevice) commDevHostFree(p->cudaDev, p->mem);
+  if (p->onDevice) netDevFreeMem(p);
   else free(p->mem);
   free(p);
   conn->priv = NULL;

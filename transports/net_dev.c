@@ -9,6 +9,14 @@
  * slots, receives posted on free ones, completions in order), so every network plugin can carry device
  * buffers (tests run it over Socket: test_gpu_coll -p N -H).
  *
+ * GPUDirect RDMA: when the plugin can read and write GPU memory (its ptrSupport has COMM_PTR_CUDA: IB with
+ * dma-buf or nvidia-peermem) and COMM_NET_GDR is not 0, the slots live in device memory instead, registered
+ * as CUDA memory, and the NIC moves the data without a copy through host memory; head, tail and sizes stay
+ * in the ctrl page for the proxy. Before a received slot's head moves, the proxy flushes the NIC's writes
+ * (iflush), so the kernel that reads the slot after head sees them. A plugin that refuses to register the
+ * device memory leaves that side's slots in host memory, with a WARN saying GPUDirect RDMA is off and why
+ * (each side chooses for itself: nothing about it crosses the wire).
+ *
  * When to move: while a kernel that uses these connections runs, each of its blocks sets a word of
  * devBusy (mapped host memory) from its start to its end, and the proxy polls without sleeping; a launch
  * from this process also kicks it (devKickNs) so it is awake before the kernel starts; and sends the kernel
@@ -29,6 +37,7 @@
 #include "core.h"
 #include "debug.h"
 #include "net_internal.h"
+#include "param.h"
 #include "utils.h"
 
 #define NET_DEV_IDLE_US 50              /* idle: how often the proxy looks for running kernels */
@@ -72,6 +81,9 @@ static void* devProxyMain(void* arg) {
   struct commNetState* st = (struct commNetState*)arg;
   struct commComm* comm = st->comm;
   netBindProxy(comm, "NET device proxy thread");
+  /* Its GPU current: flushing GPUDirect RDMA writes (iflush) acts on the current context. */
+  if (commDevBindThread(comm->cudaDev) != commSuccess)
+    WARN("NET : rank %d: the device proxy thread cannot make GPU %d current", comm->rank, comm->cudaDev);
   while (!__atomic_load_n(&st->devProxyStop, __ATOMIC_ACQUIRE)) {
     int active = devBusy(st) || commTimeNs() - __atomic_load_n(&st->devKickNs, __ATOMIC_ACQUIRE) < NET_DEV_KICK_NS;
     int pending = 0;
@@ -156,7 +168,7 @@ commResult_t netDevConn(const commConn* conn, commDevConn* out) {
 #define NET_DEV_ADDR(x) ((void*)(dev + ((char*)(x) - host)))
   commFifoCtrl* ctrl = conn->ctrl;
   memset(out, 0, sizeof(*out));
-  out->slots = (char*)NET_DEV_ADDR(conn->slots);
+  out->slots = (char*)(p->slotsOnDevice ? p->slotMem : p->slotMemDev);
   out->head = (uint64_t*)NET_DEV_ADDR(&ctrl->head);
   out->sizes = (uint64_t*)NET_DEV_ADDR(ctrl->sizes);
   out->tail = (uint64_t*)NET_DEV_ADDR(&ctrl->tail);
@@ -166,4 +178,80 @@ commResult_t netDevConn(const commConn* conn, commDevConn* out) {
   out->llSlots = NULL; /* plans across hosts run Simple */
   out->sysScope = 1;   /* the proxy (the host) reads and writes the FIFO */
   return commSuccess;
+}
+
+/* ---- The FIFO's memory, and GPUDirect RDMA ---- */
+
+/* Why the slots cannot live in GPU memory for this plugin (NULL: they can). */
+static const char* gdrUnavailable(const netPriv* p) {
+  if (commParamInt("COMM_NET_GDR", 1, 0, 1) == 0) return "COMM_NET_GDR=0";
+  commNetProperties_t props;
+  if (p->net->getProperties(p->dev, &props) != commSuccess) return "the plugin's getProperties failed";
+  if (!(props.ptrSupport & COMM_PTR_CUDA)) return "the network plugin cannot reach GPU memory";
+  return NULL;
+}
+
+commResult_t netDevSetup(struct commComm* comm, commConn* conn, netPriv* p, size_t ctrlBytes, size_t slotBytes) {
+  COMMCHECK(commDevHostAlloc(p->cudaDev, ctrlBytes, &p->mem, &p->memDev));
+  conn->ctrl = (commFifoCtrl*)p->mem;
+  const char* why = gdrUnavailable(p);
+  if (why == NULL && commDevMemAlloc(p->cudaDev, slotBytes, &p->slotMem) == commSuccess) {
+    p->slotsOnDevice = 1;
+    p->slotMemDev = p->slotMem;
+  } else {
+    INFO(COMM_NET, "NET : rank %d: device connection %s rank %d on channel %d: slots in pinned host memory (%s)",
+         comm->rank, conn->isSend ? "to" : "from", conn->peer, conn->channel, why ? why : "cudaMalloc failed");
+    COMMCHECK(commDevHostAlloc(p->cudaDev, slotBytes, &p->slotMem, &p->slotMemDev));
+  }
+  conn->slots = (char*)p->slotMem;
+  return commSuccess;
+}
+
+commResult_t netDevRegMr(commConn* conn, netPriv* p, void* netComm) {
+  const size_t bytes = (size_t)conn->nSlots * conn->slotBytes;
+  if (p->slotsOnDevice) {
+    commResult_t res = p->net->regMr(netComm, conn->slots, bytes, COMM_PTR_CUDA, &p->mhandle);
+    if (res == commSuccess) {
+      INFO(COMM_NET, "NET : device connection %s rank %d on channel %d: GPUDirect RDMA, %zu bytes of slots in GPU %d "
+           "memory registered with %s", conn->isSend ? "to" : "from", conn->peer, conn->channel, bytes, p->cudaDev,
+           p->net->name);
+      return commSuccess;
+    }
+    WARN("NET : device connection %s rank %d on channel %d: GPUDirect RDMA is off: %s could not register GPU %d "
+         "memory (%s); its slots move to pinned host memory", conn->isSend ? "to" : "from", conn->peer,
+         conn->channel, p->net->name, p->cudaDev, commGetErrorString(res));
+    commDevMemFree(p->cudaDev, p->slotMem);
+    p->slotMem = p->slotMemDev = NULL;
+    p->slotsOnDevice = 0;
+    COMMCHECK(commDevHostAlloc(p->cudaDev, bytes, &p->slotMem, &p->slotMemDev));
+    conn->slots = (char*)p->slotMem;
+  }
+  return p->net->regMr(netComm, conn->slots, bytes, COMM_PTR_HOST, &p->mhandle);
+}
+
+commResult_t netDevFlush(commConn* conn, netPriv* p, int i, size_t size) {
+  void* data = conn->slots + (size_t)i * conn->slotBytes;
+  int sz = (int)size;
+  void* req = NULL;
+  commResult_t res = p->net->iflush(p->recvComm, 1, &data, &sz, &p->mhandle, &req);
+  /* A plugin may flush asynchronously (an RDMA read on a loopback QP): wait for it, boundedly. */
+  int64_t deadline = commDeadlineNs(NET_DEV_DRAIN_MS);
+  while (res == commSuccess && req) {
+    int done = 0;
+    res = p->net->test(req, &done, NULL);
+    if (done) break;
+    if (res == commSuccess && commTimeNs() > deadline) {
+      WARN("NET : flush of a GPUDirect RDMA receive from rank %d did not complete in %d ms", conn->peer,
+           NET_DEV_DRAIN_MS);
+      res = commRemoteError;
+    }
+  }
+  return res;
+}
+
+void netDevFreeMem(netPriv* p) {
+  if (p->slotsOnDevice) commDevMemFree(p->cudaDev, p->slotMem);
+  else commDevHostFree(p->cudaDev, p->slotMem);
+  commDevHostFree(p->cudaDev, p->mem);
+  p->slotMem = p->slotMemDev = p->mem = p->memDev = NULL;
 }

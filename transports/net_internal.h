@@ -48,8 +48,11 @@ typedef struct {
   void* sendComm;
   void* recvComm;
   void* mhandle;
-  void* mem;       /* the FIFO: ctrl page, then slots */
+  void* mem;       /* the FIFO: ctrl page, then slots (onDevice: the ctrl page alone) */
   void* memDev;    /* onDevice: the same memory as the kernel addresses it (mapped, pinned) */
+  void* slotMem;   /* onDevice: the slots, in device memory (slotsOnDevice) or in mapped, pinned host memory */
+  void* slotMemDev; /* onDevice: the slots as the kernel addresses them */
+  int slotsOnDevice; /* GPUDirect RDMA: the plugin reads and writes the slots in GPU memory */
   int onDevice;    /* a device-buffer connection: moved by the device proxy thread only */
   int cudaDev;
   void* reqs[COMM_NSLOTS];
@@ -78,5 +81,14 @@ void netDevUnregister(struct commComm* comm, commConn* conn);
 /* Stop the device proxy thread and free its words (commNetFinalize, after every connection closed). */
 void netDevStop(struct commNetState* st);
 commResult_t netDevConn(const commConn* conn, struct commDevConn* out);
+/* A device connection's FIFO: the ctrl page in mapped host memory; the slots in GPU memory when the plugin
+ * can reach it (GPUDirect RDMA, COMM_NET_GDR), else in mapped host memory too. Sets conn->ctrl, conn->slots. */
+commResult_t netDevSetup(struct commComm* comm, commConn* conn, netPriv* p, size_t ctrlBytes, size_t slotBytes);
+/* Register the slots with the plugin on netComm; slots in GPU memory the plugin refuses move to host memory
+ * (with a WARN that GPUDirect RDMA is off and why). */
+commResult_t netDevRegMr(commConn* conn, netPriv* p, void* netComm);
+/* Slot i received `size` bytes into GPU memory: make the NIC's writes visible to the GPU (iflush). */
+commResult_t netDevFlush(commConn* conn, netPriv* p, int i, size_t size);
+void netDevFreeMem(netPriv* p);
 
 #endif

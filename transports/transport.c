@@ -119,9 +119,10 @@ static void logConn(struct commComm* comm, const commConn* conn, int id) {
     return;
   }
   if (conn->onDevice) {
-    INFO(COMM_INIT | COMM_NET, "Channel %02d : rank %d -> rank %d via %s (device buffers through pinned host memory%s)",
-         conn->channel, from, to, id == COMM_TRANSPORT_SHM ? "SHM" : "NET", id == COMM_TRANSPORT_SHM
-         ? " both GPUs map, COMM_P2P_DISABLE=1" : ", moved by the device proxy thread");
+    INFO(COMM_INIT | COMM_NET, "Channel %02d : rank %d -> rank %d via %s (device buffers, %s)", conn->channel, from,
+         to, id == COMM_TRANSPORT_SHM ? "SHM" : "NET",
+         id == COMM_TRANSPORT_SHM ? "through pinned host memory both GPUs map, COMM_P2P_DISABLE=1"
+                                  : "moved by the device proxy thread: GPUDirect RDMA or pinned host memory");
     return;
   }
   if (comm->topoRanks &&
@@ -191,8 +192,11 @@ static commResult_t connectPhase1(connectState* st) {
     if (!conn || conn->isSend) continue;
     int sameHost = comm->peers[conn->peer].hostHash == comm->peers[comm->rank].hostHash;
     int id = (sameHost && !comm->shmDisable) ? COMM_TRANSPORT_SHM : COMM_TRANSPORT_NET;
-    if (conn->onDevice) /* P2P within a host; FIFOs in host memory with COMM_P2P_DISABLE=1 or across hosts */
-      id = !sameHost ? COMM_TRANSPORT_NET : comm->p2pDisable ? COMM_TRANSPORT_SHM : COMM_TRANSPORT_P2P;
+    if (conn->onDevice) /* P2P within a host; with COMM_P2P_DISABLE=1 the shm FIFO, and with COMM_SHM_DISABLE=1
+                         * too (or across hosts) the network's */
+      id = !sameHost || (comm->p2pDisable && comm->shmDisable) ? COMM_TRANSPORT_NET
+           : comm->p2pDisable                                  ? COMM_TRANSPORT_SHM
+                                                               : COMM_TRANSPORT_P2P;
     if (transports[id] == NULL) {
       WARN("transport: the %s transport is not in this build", id == COMM_TRANSPORT_P2P ? "P2P" : "requested");
       return commInvalidUsage;

@@ -41,6 +41,19 @@ commResult_t commDevHostRegister(int cudaDev, void* host, size_t bytes, void** d
   return noExecutor("commDevHostRegister");
 }
 void commDevHostUnregister(int cudaDev, void* host) { (void)cudaDev, (void)host; }
+commResult_t commDevMemAlloc(int cudaDev, size_t bytes, void** ptr) {
+  (void)cudaDev, (void)bytes, *ptr = NULL;
+  return noExecutor("commDevMemAlloc");
+}
+void commDevMemFree(int cudaDev, void* ptr) { (void)cudaDev, (void)ptr; }
+commResult_t commDevBindThread(int cudaDev) {
+  (void)cudaDev;
+  return noExecutor("commDevBindThread");
+}
+int commDevCopy(void* dst, const void* src, size_t bytes) {
+  (void)dst, (void)src, (void)bytes;
+  return 1;
+}
 #else
 typedef int commExecDevNoneUnused; /* ISO C wants something in a translation unit */
 #endif

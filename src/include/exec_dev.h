@@ -147,6 +147,14 @@ commResult_t commDevHostAlloc(int cudaDev, size_t bytes, void** host, void** dev
 void commDevHostFree(int cudaDev, void* host);
 commResult_t commDevHostRegister(int cudaDev, void* host, size_t bytes, void** dev);
 void commDevHostUnregister(int cudaDev, void* host);
+/* Device memory on cudaDev, zeroed (a network FIFO's slots with GPUDirect RDMA), and its release. */
+commResult_t commDevMemAlloc(int cudaDev, size_t bytes, void** ptr);
+void commDevMemFree(int cudaDev, void* ptr);
+/* Copy bytes where either side may be device memory, synchronously, on a non-blocking stream of the calling
+ * thread (the verbs fake's RDMA into and out of GPU memory). cudaError_t (0: done). */
+int commDevCopy(void* dst, const void* src, size_t bytes);
+/* Make cudaDev the calling thread's current GPU (a proxy thread that flushes GPUDirect RDMA writes). */
+commResult_t commDevBindThread(int cudaDev);
 #endif
 
 #endif

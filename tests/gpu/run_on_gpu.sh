@@ -38,7 +38,8 @@ TESTS=("tests/test_gpu_reduce" "tests/test_gpu_comm_device" "tests/test_gpu_coll
        "COMM_DEV_LL_MAX=4096 COMM_DEV_LL_BATCH=0 tests/test_gpu_coll -q -g 4 -n 4"
        "tests/gpu/torch_dropin.sh 2" "CUDA_VISIBLE_DEVICES=0 tests/gpu/torch_dropin.sh 2"
        "tests/test_gpu_coll -q -p 2 -H" "tests/test_gpu_coll -p 4 -H" "COMM_P2P_DISABLE=1 tests/test_gpu_coll -q -p 2"
-       "COMM_P2P_DISABLE=1 tests/test_gpu_coll -q -n 2,4" "tests/test_gpu_coll -q -g 2 -p 2 -H")
+       "COMM_P2P_DISABLE=1 tests/test_gpu_coll -q -n 2,4" "tests/test_gpu_coll -q -g 2 -p 2 -H"
+       "tests/gpu/net_gdr_fake.sh" "COMM_DEV_LL_BATCH=1 tests/test_gpu_coll -q -n 2,4")
 # compute-sanitizer runs on a representative subset: memcheck on these, racecheck (shared memory) too. It
 # runs the kernels of one process one at a time, so ranks that wait on each other are processes here.
 SANITIZED=("tests/test_gpu_coll -q -n 1" "tests/test_gpu_coll -q -p 2")
@@ -53,7 +54,8 @@ BENCHES=("bench/gpu_launch_bench -n 10000 -r 9" "bench/gpu_reduce_bench -s 26843
 # A case whose command is a script of the source tree (bench/*.sh) runs from here with BUILD as its first
 # argument; every other command is a binary under BUILD. @NGPUS@ stands for the number of GPUs there.
 SCRIPT_BINS=("bench/nccl_compare" "perf/allreduce_perf" "perf/allgather_perf") # what those scripts run
-SCRIPT_LIBS=("nccl_compat:compat/nccl/libnccl.so.2") # target:file, for tests/gpu/torch_dropin.sh
+# target:file, for tests/gpu/torch_dropin.sh and tests/gpu/net_gdr_fake.sh
+SCRIPT_LIBS=("nccl_compat:compat/nccl/libnccl.so.2" "nccl_net_example:tests/libnccl-net-example.so")
 
 case $MODE in
   build)

@@ -92,6 +92,8 @@ static int flushable[GDR_MAX_DEVS];     /* 1 + (flush supported), 0: not yet */
 static char whyNot[GDR_MAX_DEVS][160];  /* why the paths not taken are not */
 static int warnedOff;
 
+const ibGdrOps* ibGdrDriverOps(void) { return &driverOps; }
+
 void ibGdrSetOps(const ibGdrOps* o) {
   pthread_mutex_lock(&gdrLock);
   ops = o ? o : &driverOps;

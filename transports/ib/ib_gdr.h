@@ -44,6 +44,8 @@ typedef struct {
 
 /* Replace the CUDA side (tests); NULL restores the driver's. Also forgets what was probed. */
 void ibGdrSetOps(const ibGdrOps* ops);
+/* The CUDA driver's side (what ibGdrSetOps(NULL) restores), for a fake to build on. */
+const ibGdrOps* ibGdrDriverOps(void);
 
 /* A device buffer's registration. The path is chosen once per device and kept. */
 typedef struct {

@@ -2,6 +2,8 @@
  * consumes receives and makes completions. Called with gFake.lock held, from pollCq, commIbFakeProgress or
  * the wire thread (see ib_verbs_fake.h for the semantics). */
 #include "ib_verbs_fake_int.h"
+#include "enqueue.h"  /* commIsDevicePointer */
+#include "exec_dev.h" /* commDevCopy */
 
 #ifdef COMM_HAVE_IBVERBS
 #include <limits.h>
@@ -118,21 +120,27 @@ static int segsOf(const struct ibv_sge* sge, int n, seg* out) {
   return n;
 }
 
-/* Copy `len` bytes from a gather list to a scatter list (memmove: a loopback QP may overlap). */
-static void sgCopy(const seg* src, int nSrc, const seg* dst, int nDst, size_t len) {
+/* Copy `len` bytes from a gather list to a scatter list (memmove: a loopback QP may overlap); device memory
+ * on either side (COMM_IB_FAKE=...:gdr) moves with a CUDA copy. 0, or 1 when a CUDA copy failed. */
+static int sgCopy(const seg* src, int nSrc, const seg* dst, int nDst, size_t len) {
   int i = 0, j = 0;
   size_t si = 0, dj = 0;
   while (len > 0 && i < nSrc && j < nDst) {
     size_t n = src[i].len - si;
     if (dst[j].len - dj < n) n = dst[j].len - dj;
     if (len < n) n = len;
-    if (n) memmove(dst[j].p + dj, src[i].p + si, n);
+    if (n && (commIsDevicePointer(dst[j].p + dj) || commIsDevicePointer(src[i].p + si))) {
+      if (commDevCopy(dst[j].p + dj, src[i].p + si, n) != 0) return 1;
+    } else if (n) {
+      memmove(dst[j].p + dj, src[i].p + si, n);
+    }
     si += n;
     dj += n;
     len -= n;
     if (si == src[i].len) i++, si = 0;
     if (dj == dst[j].len) j++, dj = 0;
   }
+  return 0;
 }
 
 /* ---------------------------------------------------------------- completions */
@@ -274,10 +282,11 @@ static int executeHead(fakeQp* a) {
     nLocal = segsOf(w->sge, w->nSge, local);
   }
   int made = 0;
-  if (isWrite) {
-    sgCopy(local, nLocal, &remote, 1, w->len);
-  } else if (isRead) {
-    sgCopy(&remote, 1, local, nLocal, w->len);
+  if (isWrite || isRead) {
+    if (isWrite ? sgCopy(local, nLocal, &remote, 1, w->len) : sgCopy(&remote, 1, local, nLocal, w->len)) {
+      fakeQpSetError(b);
+      return failHead(a, IBV_WC_LOC_PROT_ERR); /* a CUDA copy failed: as a DMA error */
+    }
   } else { /* SEND: into the receive's buffers */
     fakeRwr* r = &b->rq[b->rqHead];
     size_t cap = 0;
@@ -290,7 +299,11 @@ static int executeHead(fakeQp* a) {
     }
     seg dst[COMM_IB_FAKE_MAX_SGE];
     int nDst = segsOf(r->sge, r->nSge, dst);
-    sgCopy(local, nLocal, dst, nDst, w->len);
+    if (sgCopy(local, nLocal, dst, nDst, w->len)) {
+      completeRecvHead(b, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, 0, 0, a);
+      fakeQpSetError(b);
+      return 1 + failHead(a, IBV_WC_REM_OP_ERR);
+    }
   }
   if (isSend || withImm) {
     enum ibv_wc_opcode op = w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;

@@ -244,6 +244,48 @@ void commDevHostUnregister(int cudaDev, void* host) {
   commCudaDevLeave(cudaDev, &g);
 }
 
+commResult_t commDevMemAlloc(int cudaDev, size_t bytes, void** ptr) {
+  cudaError_t e = cudaSuccess;
+  *ptr = NULL;
+  WITH_DEV(cudaDev, {
+    e = cudaMalloc(ptr, bytes);
+    if (e == cudaSuccess) e = cudaMemset(*ptr, 0, bytes);
+  });
+  if (e != cudaSuccess) {
+    if (*ptr) commDevMemFree(cudaDev, *ptr);
+    *ptr = NULL;
+    return commCudaFail("cudaMalloc of a FIFO in device memory", e);
+  }
+  return commSuccess;
+}
+
+void commDevMemFree(int cudaDev, void* ptr) {
+  if (ptr == NULL) return;
+  commCudaDevGuard g;
+  if (commCudaDevEnter(cudaDev, &g) != commSuccess) return;
+  cudaFree(ptr);
+  commCudaDevLeave(cudaDev, &g);
+}
+
+commResult_t commDevBindThread(int cudaDev) {
+  CUDACHECK(cudaSetDevice(cudaDev));
+  return commSuccess;
+}
+
+/* A stream of this thread's own, for commDevCopy: non-blocking, so the copy never queues behind kernels of
+ * the legacy default stream (a spinning kernel may be waiting for this very copy). */
+static __thread cudaStream_t copyStream;
+
+int commDevCopy(void* dst, const void* src, size_t bytes) {
+  enum cudaStreamCaptureMode m = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&m);
+  cudaError_t e = copyStream ? cudaSuccess : cudaStreamCreateWithFlags(&copyStream, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, copyStream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(copyStream);
+  cudaThreadExchangeStreamCaptureMode(&m);
+  return (int)e;
+}
+
 static commResult_t pollError(commComm* comm, int queryStream);
 
 /* ---- Device plans ---- */

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# net_gdr_fake.sh BUILD_DIR: device buffers over the network transport, ranks as threads of one process (for the
+# GPU machine; it has no NIC). COMM_P2P_DISABLE=1 with COMM_SHM_DISABLE=1 sends device connections through the
+# net transport's FIFOs and its device proxy thread, as between hosts. Three runs of
+# `tests/test_gpu_coll -q -n 2,4`, each of which must pass:
+#  1. IB over the verbs fake with GPUDirect RDMA (COMM_IB_FAKE=2:ib:gdr): the slots must be in GPU memory,
+#     registered as CUDA memory ("GPUDirect RDMA, ... of slots in GPU"), and no "GPUDirect RDMA is off" WARN;
+#  2. IB over the fake without GPUDirect RDMA: whatever the driver offers, the data path must work (slots in
+#     host memory, with the WARN when registration of GPU memory was tried and refused);
+#  3. Socket: slots in pinned host memory ("the network plugin cannot reach GPU memory");
+#  4. an NCCL network plugin through the adapter (tests/plugins/nccl_net_example.c, TCP, host memory only), when
+#     BUILD_DIR/tests/libnccl-net-example.so exists: slots in pinned host memory, the plugin loaded.
+# Logs under $TMPDIR (default /tmp) as net_gdr_fake.*.txt. Exit 0 when all pass, 77 without a GPU.
+# SPDX-License-Identifier: Apache-2.0
+set -uo pipefail
+[[ $# -ge 1 && -x "$1/tests/test_gpu_coll" ]] || { echo "usage: $0 BUILD_DIR (BUILD_DIR/tests/test_gpu_coll)" >&2; exit 2; }
+bin=$1/tests/test_gpu_coll
+dir=${TMPDIR:-/tmp} # run_on_gpu.sh points it at its log folder
+fails=0
+# run NAME EXPECT_REGEX REJECT_REGEX VAR=value...
+run() {
+  local name=$1 expect=$2 reject=$3
+  shift 3
+  local log=$dir/net_gdr_fake.$name.txt
+  env "$@" COMM_P2P_DISABLE=1 COMM_SHM_DISABLE=1 COMM_DEBUG=INFO COMM_DEBUG_SUBSYS=NET,IB \
+    timeout 900 "$bin" -q -n 2,4 > "$log" 2>&1
+  local rc=$?
+  [[ $rc == 77 ]] && { echo "net_gdr_fake: SKIP (no GPU)"; exit 77; }
+  local why=""
+  [[ $rc != 0 ]] && why="exit $rc"
+  [[ -z $why && -n $expect ]] && ! grep -Eq "$expect" "$log" && why="no line matching '$expect'"
+  [[ -z $why && -n $reject ]] && grep -Eq "$reject" "$log" && why="a line matching '$reject'"
+  if [[ -n $why ]]; then
+    echo "net_gdr_fake: $name: FAIL ($why; log $log)"
+    fails=$((fails + 1))
+  else
+    echo "net_gdr_fake: $name: pass ($(grep -Ec 'GPUDirect RDMA, ' "$log") connections with GPUDirect RDMA)"
+  fi
+}
+run ib-gdr "GPUDirect RDMA, [0-9]+ bytes of slots in GPU" "GPUDirect RDMA is off" COMM_NET=IB COMM_IB_FAKE=2:ib:gdr
+run ib-nogdr "" "" COMM_NET=IB COMM_IB_FAKE=2:ib
+run socket "slots in pinned host memory \(the network plugin cannot reach GPU memory\)" "GPUDirect RDMA, " COMM_NET=Socket
+plugin=$1/tests/libnccl-net-example.so
+if [[ -f $plugin ]]; then
+  run nccl-plugin "loaded NCCL net plugin" "GPUDirect RDMA, " COMM_NET_PLUGIN="$(cd "$(dirname "$plugin")" && pwd)/$(basename "$plugin")"
+else
+  echo "net_gdr_fake: nccl-plugin: SKIP (no $plugin)"
+fi
+exit $((fails > 0))
