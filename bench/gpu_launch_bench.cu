@@ -3,7 +3,10 @@
  *  - an empty kernel launched back to back from one thread (time per launch, host clock around n
  *    launches and a final synchronize);
  *  - the same n launches captured once in a CUDA graph and replayed (time per kernel);
- *  - the host time of one cudaLaunchKernel call alone (what a collective call's host time compares to).
+ *  - the host time of one cudaLaunchKernel call alone (what a collective call's host time compares to);
+ *  - the host time of a launch with B bytes of parameters (B = 256, 768, 2304: the executor's kernel carries
+ *    its plan in about 800 or 2,300 bytes), of an empty launch followed by a cudaEventRecord, and of a
+ *    kernel of 128 threads with 2 KB of local memory each.
  * Medians of `runs`. */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -21,11 +24,39 @@
   } while (0)
 
 __global__ void emptyKernel() {}
-
 static double nowUs() {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+template <int B>
+struct Params {
+  char bytes[B];
+};
+template <int B>
+__global__ void paramKernel(const __grid_constant__ Params<B> p) {
+  if (p.bytes[0] == 1 && threadIdx.x == 1000) printf("never\n");
+}
+
+/* A kernel with 2 KB of local memory per thread (as the executor's kernel has about 1.9 KB): does the
+ * launch cost depend on it? */
+__global__ void localKernel(int i) {
+  volatile int a[512];
+  a[i & 511] = i;
+  if (a[(i * 7) & 511] == -1) printf("never\n");
+}
+
+/* Host time per launch of n kernels with B bytes of parameters (the stream drained after). */
+template <int B>
+static double paramLaunchUs(cudaStream_t s, int n) {
+  Params<B> p;
+  memset(&p, 0, sizeof(p));
+  double t0 = nowUs();
+  for (int i = 0; i < n; i++) paramKernel<B><<<1, 1, 0, s>>>(p);
+  double us = (nowUs() - t0) / n;
+  CK(cudaStreamSynchronize(s));
+  return us;
 }
 
 static int cmpD(const void* a, const void* b) {
@@ -49,7 +80,10 @@ int main(int argc, char** argv) {
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (int i = 0; i < 100; i++) emptyKernel<<<1, 1, 0, s>>>();
   CK(cudaStreamSynchronize(s));
-  double back[99], graph[99], host[99];
+  double back[99], graph[99], host[99], p256[99], p768[99], p2304[99], withEvent[99], local[99];
+  cudaEvent_t ev;
+  CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  paramLaunchUs<256>(s, 100), paramLaunchUs<768>(s, 100), paramLaunchUs<2304>(s, 100);
   cudaGraph_t g;
   cudaGraphExec_t ge;
   CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -70,14 +104,35 @@ int main(int argc, char** argv) {
     CK(cudaGraphLaunch(ge, s));
     CK(cudaStreamSynchronize(s));
     graph[r] = (nowUs() - t0) / n;
+    p256[r] = paramLaunchUs<256>(s, n);
+    p768[r] = paramLaunchUs<768>(s, n);
+    p2304[r] = paramLaunchUs<2304>(s, n);
+    t0 = nowUs();
+    for (int i = 0; i < n; i++) {
+      emptyKernel<<<1, 1, 0, s>>>();
+      CK(cudaEventRecord(ev, s));
+    }
+    withEvent[r] = (nowUs() - t0) / n;
+    CK(cudaStreamSynchronize(s));
+    t0 = nowUs();
+    for (int i = 0; i < n; i++) localKernel<<<1, 128, 0, s>>>(i);
+    local[r] = (nowUs() - t0) / n;
+    CK(cudaStreamSynchronize(s));
   }
   qsort(back, (size_t)runs, sizeof(double), cmpD);
   qsort(graph, (size_t)runs, sizeof(double), cmpD);
-  qsort(host, (size_t)runs, sizeof(double), cmpD);
+  double* sorted[] = {host, p256, p768, p2304, withEvent, local};
+  for (int i = 0; i < 6; i++) qsort(sorted[i], (size_t)runs, sizeof(double), cmpD);
   printf("# gpu_launch_bench: %d launches per run, median of %d runs (us per kernel)\n", n, runs);
   printf("empty kernel, back to back      %8.3f us\n", back[runs / 2]);
   printf("empty kernel, in a CUDA graph   %8.3f us\n", graph[runs / 2]);
   printf("host time of one launch call    %8.3f us\n", host[runs / 2]);
+  printf("  with 256 B of parameters      %8.3f us\n", p256[runs / 2]);
+  printf("  with 768 B of parameters      %8.3f us\n", p768[runs / 2]);
+  printf("  with 2304 B of parameters     %8.3f us\n", p2304[runs / 2]);
+  printf("  then a cudaEventRecord        %8.3f us\n", withEvent[runs / 2]);
+  printf("  128 threads, 2 KB local each  %8.3f us\n", local[runs / 2]);
+  CK(cudaEventDestroy(ev));
   CK(cudaGraphExecDestroy(ge));
   CK(cudaGraphDestroy(g));
   CK(cudaStreamDestroy(s));

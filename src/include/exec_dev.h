@@ -59,12 +59,14 @@ typedef struct {
  * own (a Simple message's data left in a slot could otherwise look like a valid flag). */
 #define COMM_DEV_LL_PIECE (16 << 10)
 #define COMM_DEV_LL_SLOT_BYTES (2 * COMM_DEV_LL_PIECE)
-#define COMM_DEV_TRACE_STEPS 32 /* COMM_DEV_TRACE: end times of channel 0's first steps */
+/* COMM_DEV_TRACE: end times of channel 0's first phases (a step, or steps run as a batch, chain or fold) */
+#define COMM_DEV_TRACE_STEPS 32
 #define COMM_DEV_INLINE_BYTES 2048 /* most plan bytes carried in the kernel's parameters */
 #define COMM_DEV_INLINE_SMALL 512   /* a kernel variant with less to copy per launch, for small plans */
 #define COMM_DEV_THREADS 512       /* threads per channel (block) */
 #define COMM_DEV_THREADS_SMALL 128 /* for plans whose steps move little: fewer threads to synchronise */
 #define COMM_DEV_SMALL_STEP_BYTES (64 << 10)
+#define COMM_DEV_SMEM_PLAN_MAX (32 << 10) /* most shared memory a block's copy of its plan takes */
 
 typedef struct {
   uint64_t planAddr;  /* device-visible address of conns then steps; 0: in the parameters' inline area */
@@ -80,12 +82,16 @@ typedef struct {
   uint64_t timeoutNs;          /* without progress (0: never) */
   uint64_t* trace;             /* COMM_DEV_TRACE=1: channel 0 writes its timeline here (mapped host memory) */
   int32_t proto;               /* commProtoLL or commProtoSimple */
-  int32_t llBatch;             /* LL: consecutive one-piece sends (or receives) to distinct peers run at once,
-                                * one warp each (COMM_DEV_LL_BATCH, default 1) */
+  int32_t llBatch;             /* LL (COMM_DEV_LL_BATCH, default 2): 1: consecutive one-piece sends (or receives)
+                                * to distinct peers run at once, one warp each; 2: and a one-shot allreduce's
+                                * steps run as one pass per line (exec_ll.cuh, the one-shot fold) */
   char* llStaging;             /* LL: 2 * COMM_DEV_LL_PIECE bytes per channel of device memory */
   uint32_t* proxyBusy;         /* plans with net connections: block c sets word c (mapped host memory) while
                                 * it runs, so the proxy thread moves their FIFOs (NULL: no net connection) */
   uint64_t opCount;
+  uint32_t smemPlanBytes;      /* each block copies the connections and its channel's steps into this much
+                                * dynamic shared memory first (0: it reads them in place; COMM_DEV_SMEM_PLAN) */
+  uint32_t pad;
 } commDevPlanHdr;
 
 typedef struct {
@@ -103,8 +109,15 @@ extern "C" {
 /* src/exec/cuda/exec_kernel.cu: launch the executor's kernel, one block of `threads` per channel, with the
  * first inlineBytes of args->inl (the variant with the smallest parameters that holds them). cudaError_t. */
 int commDevLaunch(const commDevArgs* args, size_t inlineBytes, int threads, void* stream);
-/* src/exec/cuda/exec_kernel.cu: load the kernel's variants into the current context (cudaError_t). */
-int commDevLoadKernels(void);
+/* src/exec/cuda/exec_kernel.cu: load the kernel's variants into the current context and say what bounds
+ * the blocks resident at once on its GPU (cudaError_t). */
+typedef struct {
+  int smCount;          /* SMs of the current GPU */
+  int blocksPerSm;      /* blocks of COMM_DEV_THREADS threads one SM holds at once */
+  int blocksPerSmSmall; /* the same with COMM_DEV_THREADS_SMALL threads */
+  int numRegs, localBytes; /* per thread */
+} commDevKernelInfo;
+int commDevLoadKernels(commDevKernelInfo* info);
 
 #ifdef __cplusplus
 }

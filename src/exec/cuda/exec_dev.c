@@ -36,7 +36,9 @@ typedef struct scratchBuf {
 typedef struct commDevState {
   int dev;
   int alwaysJoin;       /* COMM_DEV_STREAM_JOIN=1: every call goes through the executor's stream */
-  int llBatch;          /* COMM_DEV_LL_BATCH (default 1): LL sends or receives to several peers at once */
+  int smemPlan;         /* COMM_DEV_SMEM_PLAN (default 1): kernels copy their plan into shared memory first */
+  int llBatch;          /* COMM_DEV_LL_BATCH (default 2): 1: LL sends or receives to several peers at once;
+                         * 2: and one-shot allreduce folds */
   cudaEvent_t lastDone; /* recorded after the latest launch outside graph capture, on lastStream */
   cudaStream_t lastStream;
   int haveLast;
@@ -56,6 +58,7 @@ typedef struct commDevState {
   scratchBuf* scratch; /* newest first; older ones may still be referenced by captured graphs */
   size_t scratchBytes;
   struct planCacheEntry* planCache; /* [PLAN_CACHE] launched plans, for calls identical to an earlier one */
+  int64_t cachedCalls, cachedPreNs, cachedLaunchNs, cachedPostNs; /* COMM_DEV_TRACE: host time of cached calls */
   int planCacheNext, planCacheOff;
 } commDevState;
 
@@ -104,7 +107,8 @@ static commResult_t stateCreate(commComm* comm) {
   CUDACHECKGOTO(cudaEventCreateWithFlags(&s->joinOut, cudaEventDisableTiming), res, fail);
   CUDACHECKGOTO(cudaEventCreateWithFlags(&s->lastDone, cudaEventDisableTiming), res, fail);
   s->alwaysJoin = (int)commParamInt("COMM_DEV_STREAM_JOIN", 0, 0, 1);
-  s->llBatch = (int)commParamInt("COMM_DEV_LL_BATCH", 1, 0, 1);
+  s->llBatch = (int)commParamInt("COMM_DEV_LL_BATCH", 2, 0, 2);
+  s->smemPlan = (int)commParamInt("COMM_DEV_SMEM_PLAN", 1, 0, 1);
   s->planCacheOff = commParamInt("COMM_DEV_PLAN_CACHE", 1, 0, 1) == 0;
   void* words = NULL;
   CUDACHECKGOTO(cudaHostAlloc(&words, 4096, cudaHostAllocMapped | cudaHostAllocPortable), res, fail);
@@ -125,10 +129,13 @@ static commResult_t stateCreate(commComm* comm) {
     s->traceDev = (uint64_t*)((char*)wordsDev + 512);
   }
   CUDACHECKGOTO(cudaMalloc((void**)&s->llStaging, (size_t)COMM_MAX_CHANNELS * 2 * COMM_DEV_LL_PIECE), res, fail);
-  CUDACHECKGOTO((cudaError_t)commDevLoadKernels(), res, fail);
+  commDevKernelInfo ki = {0, 0, 0, 0, 0};
+  CUDACHECKGOTO((cudaError_t)commDevLoadKernels(&ki), res, fail);
   comm->dev = s;
-  INFO(COMM_INIT, "rank %d: CUDA executor on device %d: own stream, %d threads per channel", comm->rank,
-       comm->cudaDev, COMM_DEV_THREADS);
+  INFO(COMM_INIT, "rank %d: CUDA executor on device %d: own stream, %d threads per channel; the kernel uses %d "
+       "registers and %d bytes of local memory per thread, %d SMs hold %d blocks each (%d of %d threads)",
+       comm->rank, comm->cudaDev, COMM_DEV_THREADS, ki.numRegs, ki.localBytes, ki.smCount, ki.blocksPerSm,
+       ki.blocksPerSmSmall, COMM_DEV_THREADS_SMALL);
   return commSuccess;
 fail:
   if (s->abortFlag) cudaFreeHost((void*)s->abortFlag);
@@ -330,6 +337,11 @@ static commResult_t planLayout(commComm* comm, const commPlan* plan, connKey* ke
   hdr->stepBegin[sc->nChannels] = k;
   hdr->nChannels = sc->nChannels;
   hdr->nConns = nConns;
+  int mostSteps = 0;
+  for (int c = 0; c < sc->nChannels; c++)
+    if (hdr->stepBegin[c + 1] - hdr->stepBegin[c] > mostSteps) mostSteps = hdr->stepBegin[c + 1] - hdr->stepBegin[c];
+  size_t smem = (size_t)nConns * sizeof(commDevConn) + (size_t)mostSteps * sizeof(commDevStep);
+  hdr->smemPlanBytes = comm->dev->smemPlan && smem <= COMM_DEV_SMEM_PLAN_MAX ? (uint32_t)smem : 0;
   *bytes = (size_t)nConns * sizeof(commDevConn) + (size_t)k * sizeof(commDevStep);
   *mostStepBytes = most;
   return commSuccess;
@@ -610,6 +622,7 @@ commResult_t commDevRunCached(commComm* comm, const commTask* t, int* launched) 
                        t->recvbuff))
       e = &s->planCache[i];
   if (e == NULL) return commSuccess;
+  int64_t t0 = s->trace ? commTimeNs() : 0, t1 = 0, t2 = 0;
   commResult_t res = commSuccess;
   commCudaDevGuard g;
   COMMCHECK(commCudaDevEnter(comm->cudaDev, &g));
@@ -621,13 +634,21 @@ commResult_t commDevRunCached(commComm* comm, const commTask* t, int* launched) 
   COMMCHECKGOTO(followLast(s, st, capturing), res, out);
   e->args.hdr.opCount = comm->opCount++;
   if (e->args.hdr.proxyBusy) commNetDevKick(comm);
+  if (t0) t1 = commTimeNs();
   cudaError_t ce = (cudaError_t)commDevLaunch(&e->args, e->inlineBytes, e->threads, st);
+  if (t0) t2 = commTimeNs();
   if (ce != cudaSuccess) {
     res = commCudaFail("the executor's kernel launch", ce);
     goto out;
   }
   COMMCHECKGOTO(markLast(s, st, capturing), res, out);
   *launched = 1;
+  if (t0) { /* where the host time of a cached call goes (reported at teardown) */
+    s->cachedCalls++;
+    s->cachedPreNs += t1 - t0;
+    s->cachedLaunchNs += t2 - t1;
+    s->cachedPostNs += commTimeNs() - t2;
+  }
   INFO(COMM_COLL, "rank %d: %s opCount %llu on device: the plan of an identical earlier call", comm->rank,
        commFuncName(t->func), (unsigned long long)e->args.hdr.opCount);
 out:
@@ -786,6 +807,18 @@ void commDevFree(commComm* comm) {
          "of channel 0 waited %.2f us in %llu waits, the first ending %.2f us after the start", comm->rank,
          (unsigned long long)s->trace[0], (s->trace[1] - s->trace[0]) / 1e3, s->trace[2] / 1e3,
          (unsigned long long)s->trace[3], s->trace[3] ? (s->trace[4] - s->trace[0]) / 1e3 : 0.0);
+  if (s->trace && s->trace[5] >= s->trace[0] && s->trace[5] <= s->trace[1])
+    INFO(COMM_INIT, "rank %d: COMM_DEV_TRACE: latest kernel's prologue ended %.2f us after its start", comm->rank,
+         (s->trace[5] - s->trace[0]) / 1e3);
+  if (s->trace && s->trace[6] > s->trace[5] && s->trace[7] >= s->trace[6] && s->trace[7] <= s->trace[1])
+    INFO(COMM_INIT, "rank %d: COMM_DEV_TRACE: its one-shot fold: thread 0 sent its lines %.2f us after the start, "
+         "received its first line %.2f us after the start", comm->rank, (s->trace[6] - s->trace[0]) / 1e3,
+         (s->trace[7] - s->trace[0]) / 1e3);
+  if (s->trace && s->cachedCalls)
+    INFO(COMM_INIT, "rank %d: COMM_DEV_TRACE: %lld calls launched a cached plan; per call %.3f us before the launch "
+         "(device, error poll, capture status, stream order), %.3f us in the launch, %.3f us after (event)",
+         comm->rank, (long long)s->cachedCalls, s->cachedPreNs / 1e3 / s->cachedCalls,
+         s->cachedLaunchNs / 1e3 / s->cachedCalls, s->cachedPostNs / 1e3 / s->cachedCalls);
   if (s->trace) {
     char line[512];
     int len = 0;
@@ -795,7 +828,8 @@ void commDevFree(commComm* comm) {
       prev = s->trace[8 + i];
       if (len >= (int)sizeof(line) - 16) break;
     }
-    INFO(COMM_INIT, "rank %d: COMM_DEV_TRACE: channel 0's steps took (us):%s", comm->rank, len ? line : " -");
+    INFO(COMM_INIT, "rank %d: COMM_DEV_TRACE: channel 0's phases took (us; a step, or steps run as one):%s",
+         comm->rank, len ? line : " -");
   }
   for (int i = 0; i < s->poolSize; i++) {
     if (s->pool[i].host) cudaFreeHost(s->pool[i].host);

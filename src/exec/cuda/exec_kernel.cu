@@ -369,6 +369,7 @@ __device__ int waitAtLeast(Waiter& w, const uint64_t* p, uint64_t target) {
 }
 
 __shared__ int sErr;
+extern __shared__ uint2 sPlan[]; /* hdr->smemPlanBytes: the plan's connections, then this channel's steps */
 __shared__ uint64_t sSendPos, sRecvPos, sRecvSize;
 __shared__ int sAction;
 
@@ -630,10 +631,23 @@ __global__ void __launch_bounds__(COMM_DEV_THREADS, 1) execKernel(const __grid_c
   const commDevPlanHdr* h = &args.hdr;
   const int ch = blockIdx.x;
   const char* base = h->planAddr ? (const char*)h->planAddr : args.inl.bytes;
+  const size_t connBytes = (size_t)h->nConns * sizeof(commDevConn);
+  const int nSteps = h->stepBegin[ch + 1] - h->stepBegin[ch];
+  const char* stepSrc = base + connBytes + (size_t)h->stepBegin[ch] * sizeof(commDevStep);
   Plan p;
   p.h = h;
   p.conns = (const commDevConn*)base;
-  const commDevStep* steps = (const commDevStep*)(base + (size_t)h->nConns * sizeof(commDevConn));
+  const commDevStep* steps = (const commDevStep*)stepSrc; /* this channel's */
+  if (h->smemPlanBytes) {
+    /* The connections and this channel's steps into shared memory, all threads at once (one round of
+     * latency): read in place, every access to the parameters (or, for large plans, to pinned host memory
+     * over PCIe) would be a dependent miss of its own. 8-byte words: the inline area is 8-byte aligned. */
+    const size_t cw = connBytes / 8, sw = (size_t)nSteps * sizeof(commDevStep) / 8;
+    for (size_t i = threadIdx.x; i < cw; i += blockDim.x) sPlan[i] = ((const uint2*)base)[i];
+    for (size_t i = threadIdx.x; i < sw; i += blockDim.x) sPlan[cw + i] = ((const uint2*)stepSrc)[i];
+    p.conns = (const commDevConn*)sPlan;
+    steps = (const commDevStep*)(sPlan + cw);
+  }
   p.scalarBits = h->scalarBits;
   if (h->scalarAddr) { /* a device-resident PREMULSUM scalar, read now */
     const uint8_t* s = (const uint8_t*)h->scalarAddr;
@@ -649,10 +663,17 @@ __global__ void __launch_bounds__(COMM_DEV_THREADS, 1) execKernel(const __grid_c
     *(volatile uint32_t*)&h->proxyBusy[ch] = 1;
     __threadfence_system();
   }
-  for (int s = h->stepBegin[ch]; s < h->stepBegin[ch + 1]; s++) {
-    const int m = llBatchLength(p, steps, s, h->stepBegin[ch + 1]);
-    const int chain = m ? 0 : reduceChainLength(p, steps, s, h->stepBegin[ch + 1]);
-    if (m > 0) {
+  int phase = 0;
+  if (h->trace && ch == 0 && threadIdx.x == 0) h->trace[5] = globalTimer(); /* the prologue's end */
+  for (int s = 0; s < nSteps; s++) {
+    int foldPeers = 0;
+    const int fold = llFoldLength(p, steps, s, nSteps, &foldPeers);
+    const int m = fold ? 0 : llBatchLength(p, steps, s, nSteps);
+    const int chain = fold || m ? 0 : reduceChainLength(p, steps, s, nSteps);
+    if (fold > 0) {
+      if (!runFoldLL(p, w, ch, steps + s, foldPeers)) goto done;
+      s += fold - 1;
+    } else if (m > 0) {
       if (!runBatchLL(p, w, ch, steps + s, m)) goto done;
       s += m - 1;
     } else if (chain > 1) {
@@ -663,7 +684,8 @@ __global__ void __launch_bounds__(COMM_DEV_THREADS, 1) execKernel(const __grid_c
       if (!runStep(p, w, ch, &st)) goto done;
     }
     __syncthreads();
-    if (h->trace && ch == 0 && threadIdx.x == 0 && s < COMM_DEV_TRACE_STEPS) h->trace[8 + s] = globalTimer();
+    if (h->trace && ch == 0 && threadIdx.x == 0 && phase < COMM_DEV_TRACE_STEPS) h->trace[8 + phase] = globalTimer();
+    phase++; /* a step, or steps run as one (batch, chain, fold) */
   }
   if (h->trace && ch == 0 && threadIdx.x == 0) { /* the latest kernel's timeline, read at the end */
     volatile uint64_t* t = h->trace;
@@ -685,7 +707,7 @@ cudaError_t launchWith(const commDevArgs* a, size_t inlineBytes, int threads, cu
   KernelArgs<INL> k;
   k.hdr = a->hdr;
   memcpy(k.inl.bytes, a->inl.bytes, inlineBytes);
-  execKernel<INL><<<a->hdr.nChannels, threads, 0, stream>>>(k);
+  execKernel<INL><<<a->hdr.nChannels, threads, a->hdr.smemPlanBytes, stream>>>(k);
   return cudaGetLastError();
 }
 
@@ -693,10 +715,24 @@ cudaError_t launchWith(const commDevArgs* a, size_t inlineBytes, int threads, cu
 
 /* Load both kernel variants now: with CUDA's lazy loading (the default), a kernel's first launch loads it, and
  * a load while a peer's kernel spins waiting for this rank can wait for that kernel: a deadlock. */
-extern "C" int commDevLoadKernels(void) {
+extern "C" int commDevLoadKernels(commDevKernelInfo* info) {
   cudaFuncAttributes a;
   cudaError_t e = cudaFuncGetAttributes(&a, execKernel<COMM_DEV_INLINE_SMALL>);
   if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, execKernel<COMM_DEV_INLINE_BYTES>);
+  if (e != cudaSuccess) return (int)e;
+  /* What bounds the blocks resident at once (every block of every rank on the GPU must be). */
+  int dev = 0, perSmFull = 0, perSmSmall = 0;
+  e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&info->smCount, cudaDevAttrMultiProcessorCount, dev);
+  if (e == cudaSuccess)
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSmFull, execKernel<COMM_DEV_INLINE_BYTES>, COMM_DEV_THREADS, 0);
+  if (e == cudaSuccess)
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSmSmall, execKernel<COMM_DEV_INLINE_BYTES>,
+                                                      COMM_DEV_THREADS_SMALL, 0);
+  info->numRegs = a.numRegs;
+  info->localBytes = (int)a.localSizeBytes;
+  info->blocksPerSm = perSmFull;
+  info->blocksPerSmSmall = perSmSmall;
   return (int)e;
 }
 

@@ -34,22 +34,28 @@ __device__ __forceinline__ void llPutLine(char* slot, size_t l, uint2 v, uint32_
                : "memory");
 }
 
-/* This thread waits for the line at `line` to carry `flag` (its data in d), checking the abort flag, the
- * timeout (from *start, set at the first check) and the other threads (sLLErr) every SPINS_BEFORE_CHECK
- * polls. COMM_DEV_OK; a failure code; -1 when another thread gave up first. */
+/* A waiting thread's periodic check (every SPINS_BEFORE_CHECK polls): another thread gave up (-1), the
+ * communicator was aborted or a block failed, c's network proxy reported a failure (c may be NULL), or the
+ * timeout passed (counted from *start, set at the first check); else it naps and returns COMM_DEV_OK. */
+__device__ int llCheckWait(const commDevPlanHdr* h, const commDevConn* c, uint64_t* start) {
+  if (*(volatile int*)&sLLErr) return -1;
+  if (*h->abortFlag || *(volatile int32_t*)&h->error->code != COMM_DEV_OK) return COMM_DEV_ABORTED;
+  if (c && c->failed && *(volatile uint32_t*)c->failed) return COMM_DEV_NET_FAILED;
+  uint64_t now = globalTimer();
+  if (*start == 0) *start = now;
+  if (h->timeoutNs && now - *start > h->timeoutNs) return COMM_DEV_TIMEOUT;
+  __nanosleep(100);
+  return COMM_DEV_OK;
+}
+
+/* This thread waits for the line at `line` to carry `flag` (its data in d), with llCheckWait's checks.
+ * COMM_DEV_OK; a failure code; -1 when another thread gave up first. */
 __device__ int llWaitLine(const commDevPlanHdr* h, const char* line, uint32_t flag, uint32_t* d, uint64_t* start) {
-  int spins = 0;
-  while (!llLine(line, flag, d)) {
+  for (int spins = 0; !llLine(line, flag, d);) {
     if (++spins < SPINS_BEFORE_CHECK) continue;
     spins = 0;
-    if (*(volatile int*)&sLLErr) return -1;
-    int r = COMM_DEV_OK;
-    if (*h->abortFlag || *(volatile int32_t*)&h->error->code != COMM_DEV_OK) r = COMM_DEV_ABORTED;
-    uint64_t now = globalTimer();
-    if (*start == 0) *start = now;
-    if (r == COMM_DEV_OK && h->timeoutNs && now - *start > h->timeoutNs) r = COMM_DEV_TIMEOUT;
+    int r = llCheckWait(h, NULL, start);
     if (r != COMM_DEV_OK) return r;
-    __nanosleep(100);
   }
   return COMM_DEV_OK;
 }
@@ -287,6 +293,209 @@ __device__ bool runBatchLL(const Plan& p, Waiter& w, int ch, const commDevStep* 
     const commDevConn* c = &p.conns[send ? sts[k].sendConn : sts[k].recvConn];
     const uint64_t pos = loadVolatile(c->pos);
     if (send) storeVolatile(c->pos, pos + 1);
+    else releaseRecv(c, pos);
+  }
+  if (threadIdx.x == 0) w.lastProgress = globalTimer();
+  return true;
+}
+
+/* ---- The LL one-shot fold: a one-shot allreduce's steps as one pass per line ----
+ * The one-shot schedule (algorithms/oneshot.c) is COPY X = pre(I); SEND X to each peer; RECV Y_j from each
+ * peer; COPY O = Z_0, REDUCE O op= Z_1 .. Z_(m-1) over the sources Z = {X, Y_j}. Run as a batch and a chain,
+ * that is four rounds of memory latency with a barrier after each. Here each thread takes its lines
+ * through all of it: it reads its line of I, sends it to every peer, polls every peer's line and folds the
+ * values in the chain's order (the same operations in the same order: the same bits), and writes its line
+ * of O; the block meets once at the end to move the positions. X and the Y_j are still written, so memory
+ * ends as the steps leave it. COMM_DEV_LL_BATCH=1 (or 0) runs the steps as batches (or one by one). */
+
+#define LL_FOLD_MAX_SOURCES (COMM_ONESHOT_MAX_RANKS)
+
+__device__ __forceinline__ bool llDisjoint(uint64_t a, uint64_t b, size_t bytes) {
+  return a + bytes <= b || b + bytes <= a;
+}
+
+/* Steps [s, s + result) that form a one-shot fold (0: they do not); *nPeers: the sends (= the receives). */
+__device__ int llFoldLength(const Plan& p, const commDevStep* steps, int s, int end, int* nPeers) {
+  const commDevPlanHdr* h = p.h;
+  if (h->llBatch < 2 || h->proto != commProtoLL) return 0;
+  const commDevStep& a = steps[s];
+  const size_t bytes = a.count * h->eltSize;
+  if (a.prim != COMM_PRIM_COPY || (a.flags & ~COMM_STEP_PRE) || a.count == 0 || bytes > COMM_DEV_LL_PIECE ||
+      !llDisjoint(a.src, a.dst, bytes))
+    return 0;
+  int k = 0;
+  while (s + 1 + k < end && steps[s + 1 + k].prim == COMM_PRIM_SEND) k++;
+  if (k < 1 || k >= LL_FOLD_MAX_SOURCES || s + 1 + 2 * k >= end) return 0;
+  for (int j = 0; j < k; j++) {
+    const commDevStep& snd = steps[s + 1 + j];
+    const commDevStep& rcv = steps[s + 1 + k + j];
+    if (snd.flags || snd.count != a.count || snd.src != a.dst || snd.sendConn < 0 || rcv.prim != COMM_PRIM_RECV ||
+        rcv.flags || rcv.recvConn < 0 ||
+        rcv.count != a.count ||
+        (j > 0 && (snd.sendConn <= steps[s + j].sendConn || rcv.recvConn <= steps[s + k + j].recvConn)) ||
+        !llDisjoint(rcv.dst, a.src, bytes) || !llDisjoint(rcv.dst, a.dst, bytes))
+      return 0;
+    for (int i = 0; i < j; i++)
+      if (!llDisjoint(rcv.dst, steps[s + 1 + k + i].dst, bytes)) return 0;
+  }
+  const int c = s + 1 + 2 * k; /* the chain: every source exactly once, into an output clear of them */
+  if (reduceChainLength(p, steps, c, end) != k + 1) return 0;
+  const uint64_t out = steps[c].dst;
+  if (out != a.src && !llDisjoint(out, a.src, bytes)) return 0;
+  uint32_t seen = 0;
+  for (int i = 0; i <= k; i++) {
+    const uint64_t z = steps[c + i].src;
+    int src = z == a.dst ? 0 : -1;
+    for (int j = 0; j < k && src < 0; j++)
+      if (z == steps[s + 1 + k + j].dst) src = j + 1;
+    if (src < 0 || (seen & (1u << src)) || !llDisjoint(out, z, bytes)) return 0;
+    seen |= 1u << src;
+  }
+  *nPeers = k;
+  return 1 + 2 * k + k + 1;
+}
+
+template <class F, int KIND>
+__device__ uint2 lineOpT(const uint2* v, int m, DevArgs args, int postLast) {
+  typedef typename F::S S;
+  const int per = 8 / sizeof(S);
+  uint2 x = v[0];
+  S* ex = (S*)&x;
+  if (m == 1) { /* a copy: pre (args.pre) */
+#pragma unroll
+    for (int e = 0; e < per; e++) ex[e] = Elem<F>::cpy(KIND, ex[e], args);
+    return x;
+  }
+  for (int j = 1; j < m; j++) {
+    args.post = j == m - 1 ? postLast : 0;
+    const S* ey = (const S*)&v[j];
+#pragma unroll
+    for (int e = 0; e < per; e++) ex[e] = Elem<F>::red(KIND, ex[e], ey[e], args);
+  }
+  return x;
+}
+
+template <class F>
+__device__ uint2 lineOpKind(int kind, const uint2* v, int m, const DevArgs& args, int postLast) {
+  switch (kind) {
+    case COMM_REDOP_SUM: return lineOpT<F, COMM_REDOP_SUM>(v, m, args, postLast);
+    case COMM_REDOP_PROD: return lineOpT<F, COMM_REDOP_PROD>(v, m, args, postLast);
+    case COMM_REDOP_MAX: return lineOpT<F, COMM_REDOP_MAX>(v, m, args, postLast);
+    case COMM_REDOP_MIN: return lineOpT<F, COMM_REDOP_MIN>(v, m, args, postLast);
+    case COMM_REDOP_PREMULSUM: return lineOpT<F, COMM_REDOP_PREMULSUM>(v, m, args, postLast);
+    default: return lineOpT<F, COMM_REDOP_SUMPOSTDIV>(v, m, args, postLast);
+  }
+}
+
+/* One 8-byte line's elements: m == 1: pre(v[0]) when pre; else v[0] op v[1] op ... op v[m-1], post on the
+ * last op when postLast. */
+__device__ __noinline__ uint2 lineOp(const Plan& p, const uint2* v, int m, int pre, int postLast) {
+  const commDevPlanHdr* h = p.h;
+  DevArgs args = {p.scalarBits, h->divisor, pre, 0};
+#define LINE_CALL(F) return lineOpKind<F>(h->redopKind, v, m, args, postLast)
+  switch (h->dtype) {
+    case commInt8: LINE_CALL(I8Fam);
+    case commUint8: LINE_CALL(U8Fam);
+    case commInt32: LINE_CALL(I32Fam);
+    case commUint32: LINE_CALL(U32Fam);
+    case commInt64: LINE_CALL(I64Fam);
+    case commUint64: LINE_CALL(U64Fam);
+    case commFloat16: LINE_CALL(HalfFam);
+    case commFloat32: LINE_CALL(F32Fam);
+    case commFloat64: LINE_CALL(F64Fam);
+    case commBfloat16: LINE_CALL(Bf16Fam);
+    case commFloat8e4m3: LINE_CALL(E4m3Fam);
+    default: LINE_CALL(E5m2Fam);
+  }
+#undef LINE_CALL
+}
+
+/* This thread waits until *p >= target, with llCheckWait's checks (c's proxy included). */
+__device__ int llWaitAtLeast(const commDevPlanHdr* h, const commDevConn* c, const uint64_t* p, uint64_t target,
+                             uint64_t* start) {
+  for (int spins = 0; loadVolatile(p) < target;) {
+    if (++spins < SPINS_BEFORE_CHECK) continue;
+    spins = 0;
+    int r = llCheckWait(h, c, start);
+    if (r != COMM_DEV_OK) return r;
+  }
+  return COMM_DEV_OK;
+}
+
+/* Steps sts[0 .. 3k + 2) as one fold (llFoldLength). false: the block stops (failure recorded). */
+__device__ bool runFoldLL(const Plan& p, Waiter& w, int ch, const commDevStep* sts, int k) {
+  const commDevPlanHdr* h = p.h;
+  const commDevStep& first = sts[0];
+  const commDevStep* sends = sts + 1;
+  const commDevStep* recvs = sts + 1 + k;
+  const commDevStep* chain = sts + 1 + 2 * k;
+  const size_t bytes = first.count * h->eltSize, nLines = (bytes + 7) / 8;
+  const uint32_t nSlots = h->nSlots;
+  const int pre = (first.flags & COMM_STEP_PRE) && h->redopKind == COMM_REDOP_PREMULSUM;
+  const int postLast = (chain[k].flags & COMM_STEP_POST) != 0;
+  int8_t srcOf[LL_FOLD_MAX_SOURCES]; /* chain source i: 0 = X, j = Y_j */
+  for (int i = 0; i <= k; i++) {
+    srcOf[i] = 0;
+    for (int j = 0; j < k; j++)
+      if (chain[i].src == recvs[j].dst) srcOf[i] = (int8_t)(j + 1);
+  }
+  uint64_t start = 0;
+  if ((size_t)threadIdx.x < nLines) {
+    /* Sends: every line of this thread to every peer, once the peer's slot is free. */
+    for (int j = 0; j < k && !*(volatile int*)&sLLErr; j++) {
+      const commDevConn* c = &p.conns[sends[j].sendConn];
+      const uint64_t pos = loadVolatile(c->pos);
+      int r = llWaitAtLeast(h, c, c->tail, pos + 1 > nSlots ? pos + 1 - nSlots : 0, &start);
+      if (r > 0) llBatchFail(r, sends[j].sendPeer, 1);
+      if (r != COMM_DEV_OK) break;
+      char* slot = c->llSlots + (pos % nSlots) * COMM_DEV_LL_SLOT_BYTES;
+      for (size_t l = threadIdx.x; l < nLines; l += blockDim.x) {
+        uint2 x = llSourceLine((const char*)first.src, bytes, l);
+        if (pre) x = lineOp(p, &x, 1, 1, 0);
+        if (j == 0) llWriteLine((char*)first.dst, bytes, l, x.x, x.y);
+        llPutLine(slot, l, x, (uint32_t)(pos + 1));
+      }
+    }
+    if (h->trace && ch == 0 && threadIdx.x == 0) h->trace[6] = globalTimer(); /* thread 0's lines sent */
+    /* Receives and the fold, line by line. */
+    const char* slots[LL_FOLD_MAX_SOURCES];
+    uint32_t flags[LL_FOLD_MAX_SOURCES];
+    for (int j = 0; j < k; j++) {
+      const commDevConn* c = &p.conns[recvs[j].recvConn];
+      const uint64_t pos = loadVolatile(c->pos);
+      slots[j] = c->llSlots + (pos % nSlots) * COMM_DEV_LL_SLOT_BYTES;
+      flags[j] = (uint32_t)(pos + 1);
+    }
+    for (size_t l = threadIdx.x; l < nLines && !*(volatile int*)&sLLErr; l += blockDim.x) {
+      uint2 v[LL_FOLD_MAX_SOURCES + 1], z[LL_FOLD_MAX_SOURCES];
+      v[0] = llSourceLine((const char*)first.src, bytes, l); /* X again (in place, O's line l is still I's) */
+      if (pre) v[0] = lineOp(p, v, 1, 1, 0);
+      int r = COMM_DEV_OK;
+      for (int j = 0; j < k; j++) {
+        uint32_t d[2];
+        r = llWaitLine(h, slots[j] + l * 16, flags[j], d, &start);
+        if (r > 0) llBatchFail(r, recvs[j].recvPeer, 0);
+        if (r != COMM_DEV_OK) break;
+        v[j + 1] = make_uint2(d[0], d[1]);
+        llWriteLine((char*)recvs[j].dst, bytes, l, d[0], d[1]);
+      }
+      if (r != COMM_DEV_OK) break;
+      for (int i = 0; i <= k; i++) z[i] = v[srcOf[i]];
+      if (h->trace && ch == 0 && threadIdx.x == 0) h->trace[7] = globalTimer(); /* its first line received */
+      uint2 o = lineOp(p, z, k + 1, 0, postLast);
+      llWriteLine((char*)chain[0].dst, bytes, l, o.x, o.y);
+    }
+  }
+  __syncthreads();
+  int r = *(volatile int*)&sLLErr;
+  if (r != COMM_DEV_OK) {
+    if (threadIdx.x == 0) reportError(h, r, ch, sLLErrPeer, sLLErrSend, 0, 0);
+    return false;
+  }
+  for (int j = threadIdx.x; j < 2 * k; j += blockDim.x) { /* every line is written and read */
+    const commDevConn* c = j < k ? &p.conns[sends[j].sendConn] : &p.conns[recvs[j - k].recvConn];
+    const uint64_t pos = loadVolatile(c->pos);
+    if (j < k) storeVolatile(c->pos, pos + 1);
     else releaseRecv(c, pos);
   }
   if (threadIdx.x == 0) w.lastProgress = globalTimer();
