@@ -9,12 +9,6 @@
 #include "schedule.h"
 #include "utils.h"
 
-static void balancedPart(size_t total, size_t parts, size_t idx, size_t* off, size_t* len) {
-  size_t base = total / parts, rem = total % parts;
-  *len = base + (idx < rem ? 1 : 0);
-  *off = idx * base + (idx < rem ? idx : rem);
-}
-
 static void initStep(commStep* st, commPrim_t prim) {
   memset(st, 0, sizeof(*st));
   st->prim = (uint8_t)prim;
@@ -23,7 +17,8 @@ static void initStep(commStep* st, commPrim_t prim) {
 }
 
 /* Alltoall: channel c handles the same balanced part [lo, lo+len) of every block; within it each exchange
- * step is cut into slices of at most chunkElems (same slices on both ends). */
+ * step is cut into slices of at most chunkElems (same slices on both ends). Parts and slices are cut on
+ * the split unit (commSplitPart), so they keep a block's 16-byte alignment. */
 commResult_t commAllToAllBuild(const commCollArgs* a, commSchedule* out) {
   if (a == NULL || out == NULL) {
     WARN("commAllToAllBuild: NULL argument");
@@ -41,9 +36,11 @@ commResult_t commAllToAllBuild(const commCollArgs* a, commSchedule* out) {
   COMMCHECK(commSchedInit(out, a->nChannels));
   commResult_t res = commSuccess;
   size_t n = (size_t)a->nRanks, r = (size_t)a->rank, c = a->count;
+  const size_t unit = commSplitUnit(a->eltSize, a->chunkElems);
+  const size_t chunkUnits = a->chunkElems / unit;
   for (int ch = 0; ch < a->nChannels; ch++) {
     size_t lo, len;
-    balancedPart(c, (size_t)a->nChannels, (size_t)ch, &lo, &len);
+    commSplitPart(c, (size_t)a->nChannels, (size_t)ch, unit, &lo, &len);
     if (len == 0) continue;
     commStep st;
     initStep(&st, COMM_PRIM_COPY);
@@ -53,12 +50,12 @@ commResult_t commAllToAllBuild(const commCollArgs* a, commSchedule* out) {
     st.dst.offset = r * c + lo;
     st.count = st.recvCount = len;
     COMMCHECKGOTO(commSchedAdd(out, ch, &st), res, fail);
-    size_t nSlices = len / a->chunkElems + (len % a->chunkElems ? 1 : 0);
+    size_t nSlices = commSplitParts(len, unit, chunkUnits);
     for (size_t k = 1; k < n; k++) {
       size_t to = (r + k) % n, from = (r + n - k) % n;
       for (size_t sl = 0; sl < nSlices; sl++) {
         size_t sOff, sLen;
-        balancedPart(len, nSlices, sl, &sOff, &sLen);
+        commSplitPart(len, nSlices, sl, unit, &sOff, &sLen);
         initStep(&st, COMM_PRIM_SEND_RECV);
         st.sendPeer = (int32_t)to;
         st.recvPeer = (int32_t)from;

@@ -2,11 +2,11 @@
  *
  * Chunking rule (identical on every rank, derived only from shared arguments):
  *  - the per-rank buffer (count, or the per-rank block for allgather/reducescatter) is split into
- *    nChannels contiguous balanced parts: part c has count/nChannels elements, plus one for the first
- *    count%nChannels parts;
- *  - each part is cut into nSlices balanced slices, nSlices = ceil(part / sliceMax), with
- *    sliceMax = nRanks * chunkElems for allreduce (a slice is then cut into nRanks balanced chunks) and
- *    sliceMax = chunkElems for the other collectives, so that no step carries more than chunkElems;
+ *    nChannels contiguous balanced parts, each part into slices and, for allreduce, each slice into nRanks
+ *    chunks, every cut on a multiple of the split unit (16 bytes of elements: commSplitPart) so that the
+ *    pieces of an aligned buffer stay 16-byte aligned;
+ *  - the slices are as few as keep every step within chunkElems: at most chunkElems for allgather,
+ *    reducescatter, broadcast and reduce, at most nRanks chunks of at most chunkElems for allreduce;
  *  - channel c uses ringRanks[c] (NULL: the identity order 0..n-1);
  *  - a step whose element count is 0 is not emitted: its count is 0 on every rank that would take part
  *    in the transfer, so both ends skip it. */
@@ -14,18 +14,6 @@
 #include "check.h"
 #include "debug.h"
 #include "schedule.h"
-
-/* Part idx of `total` split into `parts` balanced contiguous parts. */
-static void balancedPart(size_t total, size_t parts, size_t idx, size_t* off, size_t* len) {
-  size_t base = total / parts, rem = total % parts;
-  *len = base + (idx < rem ? 1 : 0);
-  *off = idx * base + (idx < rem ? idx : rem);
-}
-
-static size_t nSlicesFor(size_t elems, size_t sliceMax) {
-  if (elems == 0) return 0;
-  return elems / sliceMax + (elems % sliceMax ? 1 : 0);
-}
 
 typedef struct {
   const commCollArgs* a;
@@ -36,7 +24,15 @@ typedef struct {
   int prev, next;
   const int* ring;
   uint8_t pre, post; /* flags to use (0 when the op needs none) */
+  size_t unit;       /* parts, slices and chunks are cut on multiples of this many elements */
+  size_t chunkUnits; /* units in a chunk of at most chunkElems */
 } ringCtx;
+
+/* Slices of a part of len elements: each at most `chunks` chunks of at most chunkElems. */
+static size_t nSlicesFor(const ringCtx* c, size_t len, size_t chunks) {
+  size_t most = c->chunkUnits > SIZE_MAX / chunks ? SIZE_MAX : c->chunkUnits * chunks;
+  return commSplitParts(len, c->unit, most);
+}
 
 static int ringRank(const ringCtx* c, int pos) {
   int p = ((pos % c->n) + c->n) % c->n;
@@ -68,16 +64,14 @@ static commResult_t emit(ringCtx* c, commPrim_t prim, uint8_t flags, uint32_t sr
 /* Ring allreduce on [base, base+len) of one channel. */
 static commResult_t allReduce(ringCtx* c, size_t base, size_t len) {
   int n = c->n;
-  size_t chunk = c->a->chunkElems;
-  size_t sliceMax = chunk > SIZE_MAX / (size_t)n ? SIZE_MAX : chunk * (size_t)n;
-  size_t nSlices = nSlicesFor(len, sliceMax);
+  size_t nSlices = nSlicesFor(c, len, (size_t)n);
   for (size_t sl = 0; sl < nSlices; sl++) {
     size_t sOff, sLen;
-    balancedPart(len, nSlices, sl, &sOff, &sLen);
+    commSplitPart(len, nSlices, sl, c->unit, &sOff, &sLen);
     for (int k = 0; k <= 2 * n - 2; k++) {
       int j = (((c->pos - k - 1) % n) + n) % n; /* chunk handled at step k */
       size_t cOff, cLen;
-      balancedPart(sLen, (size_t)n, (size_t)j, &cOff, &cLen);
+      commSplitPart(sLen, (size_t)n, (size_t)j, c->unit, &cOff, &cLen);
       size_t off = base + sOff + cOff;
       commPrim_t prim;
       uint8_t fl;
@@ -115,10 +109,10 @@ static int distanceFromRoot(const ringCtx* c) {
 static commResult_t broadcast(ringCtx* c, size_t base, size_t len) {
   int n = c->n;
   int d = distanceFromRoot(c);
-  size_t nSlices = nSlicesFor(len, c->a->chunkElems);
+  size_t nSlices = nSlicesFor(c, len, 1);
   for (size_t sl = 0; sl < nSlices; sl++) {
     size_t sOff, sLen;
-    balancedPart(len, nSlices, sl, &sOff, &sLen);
+    commSplitPart(len, nSlices, sl, c->unit, &sOff, &sLen);
     size_t off = base + sOff;
     commPrim_t prim = d == 0 ? COMM_PRIM_COPY_SEND : d == n - 1 ? COMM_PRIM_RECV : COMM_PRIM_RECV_COPY_SEND;
     COMMCHECK(emit(c, prim, 0, COMM_BUF_INPUT, off, COMM_BUF_OUTPUT, off, sLen));
@@ -129,10 +123,10 @@ static commResult_t broadcast(ringCtx* c, size_t base, size_t len) {
 /* Chain along the ring ending at the root: root's next starts, root reduces last. */
 static commResult_t reduce(ringCtx* c, size_t base, size_t len) {
   int d = distanceFromRoot(c);
-  size_t nSlices = nSlicesFor(len, c->a->chunkElems);
+  size_t nSlices = nSlicesFor(c, len, 1);
   for (size_t sl = 0; sl < nSlices; sl++) {
     size_t sOff, sLen;
-    balancedPart(len, nSlices, sl, &sOff, &sLen);
+    commSplitPart(len, nSlices, sl, c->unit, &sOff, &sLen);
     size_t off = base + sOff;
     commPrim_t prim;
     uint8_t fl = c->pre;
@@ -153,10 +147,10 @@ static commResult_t reduce(ringCtx* c, size_t base, size_t len) {
 static commResult_t allGather(ringCtx* c, size_t base, size_t len) {
   int n = c->n;
   size_t cnt = c->a->count;
-  size_t nSlices = nSlicesFor(len, c->a->chunkElems);
+  size_t nSlices = nSlicesFor(c, len, 1);
   for (size_t sl = 0; sl < nSlices; sl++) {
     size_t sOff, sLen;
-    balancedPart(len, nSlices, sl, &sOff, &sLen);
+    commSplitPart(len, nSlices, sl, c->unit, &sOff, &sLen);
     size_t off = base + sOff;
     for (int k = 0; k < n; k++) {
       size_t q = (size_t)ringRank(c, c->pos - k);
@@ -171,10 +165,10 @@ static commResult_t allGather(ringCtx* c, size_t base, size_t len) {
 static commResult_t reduceScatter(ringCtx* c, size_t base, size_t len) {
   int n = c->n;
   size_t cnt = c->a->count;
-  size_t nSlices = nSlicesFor(len, c->a->chunkElems);
+  size_t nSlices = nSlicesFor(c, len, 1);
   for (size_t sl = 0; sl < nSlices; sl++) {
     size_t sOff, sLen;
-    balancedPart(len, nSlices, sl, &sOff, &sLen);
+    commSplitPart(len, nSlices, sl, c->unit, &sOff, &sLen);
     size_t off = base + sOff;
     for (int k = 0; k < n; k++) {
       size_t q = (size_t)ringRank(c, c->pos - k - 1);
@@ -264,8 +258,10 @@ commResult_t commRingBuild(const commCollArgs* a, commSchedule* out) {
     c.next = ringRank(&c, c.pos + 1);
     c.pre = a->isReduction ? COMM_STEP_PRE : 0;
     c.post = a->isReduction ? COMM_STEP_POST : 0;
+    c.unit = commSplitUnit(a->eltSize, a->chunkElems);
+    c.chunkUnits = a->chunkElems / c.unit;
     size_t off, len;
-    balancedPart(a->count, (size_t)a->nChannels, (size_t)ch, &off, &len);
+    commSplitPart(a->count, (size_t)a->nChannels, (size_t)ch, c.unit, &off, &len);
     COMMCHECKGOTO(fn(&c, off, len), res, fail);
   }
   return commSuccess;

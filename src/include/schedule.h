@@ -97,6 +97,19 @@ static inline commBufRef commBufAt(uint32_t buf, size_t offset) {
 }
 
 commResult_t commSchedInit(commSchedule* s, int nChannels);
+
+/* Splitting a buffer into parts (channels, slices, chunks) so that every part begins on a multiple of
+ * `unit` elements: 16 bytes, so that the parts of a 16-byte aligned buffer stay aligned and the CUDA
+ * executor moves them with 16-byte vectors (a part at an odd offset drops to element-wise loads, several
+ * times slower). commSplitUnit: the unit for eltSize, or 1 when parts of at most maxPart elements could not
+ * honour it (maxPart < 2 units). commSplitPart: part idx of `parts` over `total` elements, whole units
+ * balanced over the parts (the last unit partial when unit does not divide total; parts past the end
+ * empty). commSplitParts: the fewest parts that hold at most maxUnits units each (0 for total 0). With
+ * unit 1 these are the plain balanced split: part idx has total/parts elements, one more for the first
+ * total%parts parts. */
+size_t commSplitUnit(size_t eltSize, size_t maxPart);
+void commSplitPart(size_t total, size_t parts, size_t idx, size_t unit, size_t* off, size_t* len);
+size_t commSplitParts(size_t total, size_t unit, size_t maxUnits);
 commResult_t commSchedAdd(commSchedule* s, int channel, const commStep* step);
 void commSchedFree(commSchedule* s);
 /* Human-readable dump (TRACE and tools). */

@@ -56,6 +56,25 @@ commSchedBuilder_t commAlgoBuilder(int algo, commFunc_t func) {
   }
 }
 
+size_t commSplitUnit(size_t eltSize, size_t maxPart) {
+  size_t unit = eltSize > 0 && eltSize < 16 && 16 % eltSize == 0 ? 16 / eltSize : 1;
+  return maxPart >= 2 * unit ? unit : 1;
+}
+
+void commSplitPart(size_t total, size_t parts, size_t idx, size_t unit, size_t* off, size_t* len) {
+  size_t units = total / unit + (total % unit ? 1 : 0); /* the last one may be partial */
+  size_t base = units / parts, rem = units % parts;
+  size_t o = (idx * base + (idx < rem ? idx : rem)) * unit, l = (base + (idx < rem ? 1 : 0)) * unit;
+  *off = o < total ? o : total;
+  *len = o >= total ? 0 : l < total - o ? l : total - o;
+}
+
+size_t commSplitParts(size_t total, size_t unit, size_t maxUnits) {
+  if (maxUnits == 0) maxUnits = 1;
+  size_t units = total / unit + (total % unit ? 1 : 0);
+  return units / maxUnits + (units % maxUnits ? 1 : 0);
+}
+
 commResult_t commSchedInit(commSchedule* s, int nChannels) {
   if (s == NULL) {
     WARN("commSchedInit: NULL schedule");
