@@ -422,6 +422,8 @@ __device__ int llWaitAtLeast(const commDevPlanHdr* h, const commDevConn* c, cons
   return COMM_DEV_OK;
 }
 
+__shared__ uint64_t sFoldPos[2 * LL_FOLD_MAX_SOURCES], sFoldTail[LL_FOLD_MAX_SOURCES];
+
 /* Steps sts[0 .. 3k + 2) as one fold (llFoldLength). false: the block stops (failure recorded). */
 __device__ bool runFoldLL(const Plan& p, Waiter& w, int ch, const commDevStep* sts, int k) {
   const commDevPlanHdr* h = p.h;
@@ -439,41 +441,54 @@ __device__ bool runFoldLL(const Plan& p, Waiter& w, int ch, const commDevStep* s
     for (int j = 0; j < k; j++)
       if (chain[i].src == recvs[j].dst) srcOf[i] = (int8_t)(j + 1);
   }
+  /* One round of memory latency for what the sends need: threads j < 2k read connection j's position (a
+   * send's also the receiver's tail) into shared memory while every thread reads its first input line. */
+  const int t = threadIdx.x;
+  uint2 x0 = make_uint2(0, 0);
+  if ((size_t)t < nLines) x0 = llSourceLine((const char*)first.src, bytes, t);
+  if (t < 2 * k) {
+    const commDevConn* c = t < k ? &p.conns[sends[t].sendConn] : &p.conns[recvs[t - k].recvConn];
+    sFoldPos[t] = loadVolatile(c->pos);
+    if (t < k) sFoldTail[t] = loadVolatile(c->tail);
+  }
+  if (pre && (size_t)t < nLines) x0 = lineOp(p, &x0, 1, 1, 0);
+  __syncthreads();
   uint64_t start = 0;
-  if ((size_t)threadIdx.x < nLines) {
+  if ((size_t)t < nLines) {
     /* Sends: every line of this thread to every peer, once the peer's slot is free. */
     for (int j = 0; j < k && !*(volatile int*)&sLLErr; j++) {
       const commDevConn* c = &p.conns[sends[j].sendConn];
-      const uint64_t pos = loadVolatile(c->pos);
-      int r = llWaitAtLeast(h, c, c->tail, pos + 1 > nSlots ? pos + 1 - nSlots : 0, &start);
+      const uint64_t pos = sFoldPos[j], free = pos + 1 > nSlots ? pos + 1 - nSlots : 0;
+      int r = sFoldTail[j] >= free ? COMM_DEV_OK : llWaitAtLeast(h, c, c->tail, free, &start);
       if (r > 0) llBatchFail(r, sends[j].sendPeer, 1);
       if (r != COMM_DEV_OK) break;
       char* slot = c->llSlots + (pos % nSlots) * COMM_DEV_LL_SLOT_BYTES;
-      for (size_t l = threadIdx.x; l < nLines; l += blockDim.x) {
-        uint2 x = llSourceLine((const char*)first.src, bytes, l);
-        if (pre) x = lineOp(p, &x, 1, 1, 0);
+      for (size_t l = t; l < nLines; l += blockDim.x) {
+        uint2 x = x0;
+        if (l != (size_t)t) {
+          x = llSourceLine((const char*)first.src, bytes, l);
+          if (pre) x = lineOp(p, &x, 1, 1, 0);
+        }
         if (j == 0) llWriteLine((char*)first.dst, bytes, l, x.x, x.y);
         llPutLine(slot, l, x, (uint32_t)(pos + 1));
       }
     }
-    if (h->trace && ch == 0 && threadIdx.x == 0) h->trace[6] = globalTimer(); /* thread 0's lines sent */
+    if (h->trace && ch == 0 && t == 0) h->trace[6] = globalTimer(); /* thread 0's lines sent */
     /* Receives and the fold, line by line. */
-    const char* slots[LL_FOLD_MAX_SOURCES];
-    uint32_t flags[LL_FOLD_MAX_SOURCES];
-    for (int j = 0; j < k; j++) {
-      const commDevConn* c = &p.conns[recvs[j].recvConn];
-      const uint64_t pos = loadVolatile(c->pos);
-      slots[j] = c->llSlots + (pos % nSlots) * COMM_DEV_LL_SLOT_BYTES;
-      flags[j] = (uint32_t)(pos + 1);
-    }
-    for (size_t l = threadIdx.x; l < nLines && !*(volatile int*)&sLLErr; l += blockDim.x) {
+    for (size_t l = t; l < nLines && !*(volatile int*)&sLLErr; l += blockDim.x) {
       uint2 v[LL_FOLD_MAX_SOURCES + 1], z[LL_FOLD_MAX_SOURCES];
-      v[0] = llSourceLine((const char*)first.src, bytes, l); /* X again (in place, O's line l is still I's) */
-      if (pre) v[0] = lineOp(p, v, 1, 1, 0);
+      v[0] = x0;
+      if (l != (size_t)t) { /* X again (in place, O's line l is still I's) */
+        v[0] = llSourceLine((const char*)first.src, bytes, l);
+        if (pre) v[0] = lineOp(p, v, 1, 1, 0);
+      }
       int r = COMM_DEV_OK;
       for (int j = 0; j < k; j++) {
+        const commDevConn* c = &p.conns[recvs[j].recvConn];
+        const uint64_t pos = sFoldPos[k + j];
         uint32_t d[2];
-        r = llWaitLine(h, slots[j] + l * 16, flags[j], d, &start);
+        r = llWaitLine(h, c->llSlots + (pos % nSlots) * COMM_DEV_LL_SLOT_BYTES + l * 16, (uint32_t)(pos + 1), d,
+                       &start);
         if (r > 0) llBatchFail(r, recvs[j].recvPeer, 0);
         if (r != COMM_DEV_OK) break;
         v[j + 1] = make_uint2(d[0], d[1]);
@@ -481,7 +496,7 @@ __device__ bool runFoldLL(const Plan& p, Waiter& w, int ch, const commDevStep* s
       }
       if (r != COMM_DEV_OK) break;
       for (int i = 0; i <= k; i++) z[i] = v[srcOf[i]];
-      if (h->trace && ch == 0 && threadIdx.x == 0) h->trace[7] = globalTimer(); /* its first line received */
+      if (h->trace && ch == 0 && t == 0) h->trace[7] = globalTimer(); /* its first line received */
       uint2 o = lineOp(p, z, k + 1, 0, postLast);
       llWriteLine((char*)chain[0].dst, bytes, l, o.x, o.y);
     }
@@ -489,14 +504,13 @@ __device__ bool runFoldLL(const Plan& p, Waiter& w, int ch, const commDevStep* s
   __syncthreads();
   int r = *(volatile int*)&sLLErr;
   if (r != COMM_DEV_OK) {
-    if (threadIdx.x == 0) reportError(h, r, ch, sLLErrPeer, sLLErrSend, 0, 0);
+    if (t == 0) reportError(h, r, ch, sLLErrPeer, sLLErrSend, 0, 0);
     return false;
   }
-  for (int j = threadIdx.x; j < 2 * k; j += blockDim.x) { /* every line is written and read */
-    const commDevConn* c = j < k ? &p.conns[sends[j].sendConn] : &p.conns[recvs[j - k].recvConn];
-    const uint64_t pos = loadVolatile(c->pos);
-    if (j < k) storeVolatile(c->pos, pos + 1);
-    else releaseRecv(c, pos);
+  if (t < 2 * k) { /* every line is written and read: the positions read above move on */
+    const commDevConn* c = t < k ? &p.conns[sends[t].sendConn] : &p.conns[recvs[t - k].recvConn];
+    if (t < k) storeVolatile(c->pos, sFoldPos[t] + 1);
+    else releaseRecv(c, sFoldPos[t]);
   }
   if (threadIdx.x == 0) w.lastProgress = globalTimer();
   return true;
