@@ -100,13 +100,6 @@
 #include "schedule.h"
 #include "utils.h"
 
-/* Part idx of `total` split into `parts` balanced contiguous parts. */
-static void balancedPart(size_t total, size_t parts, size_t idx, size_t* off, size_t* len) {
-  size_t base = total / parts, rem = total % parts;
-  *len = base + (idx < rem ? 1 : 0);
-  *off = idx * base + (idx < rem ? idx : rem);
-}
-
 /* ---------------------------------------------------------------------------------------------------- */
 /* Nodes */
 
@@ -430,7 +423,8 @@ static const ctInterStage* interStageFor(const commCollArgs* a) {
 /* Driver */
 
 static commResult_t chanSteps(ctChan* c, const ctInterStage* stage, size_t base, size_t len) {
-  size_t P = len / c->a->chunkElems + (len % c->a->chunkElems ? 1 : 0);
+  const size_t unit = commSplitUnit(c->a->eltSize, c->a->chunkElems);
+  size_t P = commSplitParts(len, unit, c->a->chunkElems / unit);
   intraInit(c, P);
   int interLevel = 0;
   COMMCHECK(stage->init(c, &interLevel));
@@ -440,12 +434,12 @@ static commResult_t chanSteps(ctChan* c, const ctInterStage* stage, size_t base,
   for (size_t t = 0; t < P + L; t++) {
     ctChunk k;
     if (t < P && c->a->func != commFuncBroadcast) {
-      balancedPart(len, P, t, &k.off, &k.len);
+      commSplitPart(len, P, t, unit, &k.off, &k.len);
       k.off += base;
       COMMCHECK(up(c, &k));
     }
     if (t >= L && c->a->func != commFuncReduce) {
-      balancedPart(len, P, t - L, &k.off, &k.len);
+      commSplitPart(len, P, t - L, unit, &k.off, &k.len);
       k.off += base;
       COMMCHECK(down(c, &k));
     }
@@ -500,7 +494,8 @@ commResult_t commCollTreeBuild(const commCollArgs* a, commSchedule* out) {
     c.pre = a->isReduction ? COMM_STEP_PRE : 0;
     c.post = a->isReduction ? COMM_STEP_POST : 0;
     size_t off, len;
-    balancedPart(a->count, (size_t)a->nChannels, (size_t)ch, &off, &len);
+    commSplitPart(a->count, (size_t)a->nChannels, (size_t)ch, commSplitUnit(a->eltSize, SIZE_MAX), &off,
+                  &len); /* channel parts start 16-byte aligned */
     if (len == 0) continue;
     if (a->nRanks == 1) {
       uint8_t fl = a->func == commFuncBroadcast ? 0 : (uint8_t)(c.pre | c.post);

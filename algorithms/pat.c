@@ -107,12 +107,6 @@ static int numRounds(int n) {
   return k;
 }
 
-static void balancedPart(size_t total, size_t parts, size_t idx, size_t* off, size_t* len) {
-  size_t base = total / parts, rem = total % parts;
-  *len = base + (idx < rem ? 1 : 0);
-  *off = idx * base + (idx < rem ? idx : rem);
-}
-
 static commBufRef plus(commBufRef r, size_t off) { return commBufAt(r.buf, r.offset + off); }
 
 /* Element u of rank `rank`'s relative block space (block t = u / cnt) in the absolute block space. */
@@ -218,7 +212,7 @@ static commResult_t transfer(const patCtx* c, int sender, int receiver, size_t f
     size_t elems = u1 - u0, nParts = elems / chunk + (elems % chunk ? 1 : 0);
     for (size_t p = 0; p < nParts; p++) {
       size_t off, len;
-      balancedPart(elems, nParts, p, &off, &len);
+      commSplitPart(elems, nParts, p, 1, &off, &len);
       COMMCHECK(listAdd(l, &es, &er, off, len));
     }
   }
@@ -335,7 +329,7 @@ static commResult_t buildSteps(patCtx* c) {
   for (size_t w = 0; w < nWindows; w++) {
     if (c->windowed) {
       size_t len;
-      balancedPart(c->total, nWindows, w, &c->x0, &len);
+      commSplitPart(c->total, nWindows, w, 1, &c->x0, &len);
       c->x1 = c->x0 + len;
     }
     for (int k = K - 1; k >= 0; k--) COMMCHECK(rsRound(c, k));

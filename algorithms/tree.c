@@ -80,15 +80,9 @@
 /* Chunks of lookahead per tree level (see the lookahead rule above: at most 2 keeps it deadlock-free). */
 #define TREE_LOOKAHEAD_PER_LEVEL 2
 
-/* Part idx of `total` split into `parts` balanced contiguous parts. */
-static void balancedPart(size_t total, size_t parts, size_t idx, size_t* off, size_t* len) {
-  size_t base = total / parts, rem = total % parts;
-  *len = base + (idx < rem ? 1 : 0);
-  *off = idx * base + (idx < rem ? idx : rem);
-}
-
-static size_t nChunksFor(size_t elems, size_t chunk) {
-  return elems == 0 ? 0 : elems / chunk + (elems % chunk ? 1 : 0);
+/* Chunks of at most `chunk` elements over a channel's part, cut on the split unit (commSplitPart). */
+static size_t nChunksFor(size_t elems, size_t chunk, size_t unit) {
+  return commSplitParts(elems, unit, chunk / unit);
 }
 
 /* The chunk size of a channel's part of `len` elements (see the chunk rule above). */
@@ -96,7 +90,7 @@ static size_t treeChunk(size_t len, size_t chunkElems, int nRanks) {
   size_t minChunk = chunkElems / 4 > 0 ? chunkElems / 4 : 1;
   size_t want = 2 * ((size_t)commBitTreeDepth(nRanks) + 1);
   size_t c = chunkElems;
-  while (c / 2 >= minChunk && nChunksFor(len, c) < want) c /= 2;
+  while (c / 2 >= minChunk && nChunksFor(len, c, 1) < want) c /= 2;
   return c;
 }
 
@@ -165,7 +159,8 @@ static commResult_t down(treeCtx* c, size_t off, size_t len, uint32_t rootBuf) {
 /* The steps of one channel for its part [base, base+len). */
 static commResult_t channelSteps(treeCtx* c, size_t base, size_t len, size_t chunk) {
   const commFunc_t f = c->a->func;
-  size_t nChunks = nChunksFor(len, chunk);
+  const size_t unit = commSplitUnit(c->a->eltSize, chunk);
+  size_t nChunks = nChunksFor(len, chunk, unit);
   if (c->a->nRanks == 1) {
     uint8_t fl = f == commFuncBroadcast ? 0 : (uint8_t)(c->pre | c->post);
     return emit(c, COMM_PRIM_COPY, fl, -1, -1, COMM_BUF_INPUT, base, COMM_BUF_OUTPUT, base, len);
@@ -173,7 +168,7 @@ static commResult_t channelSteps(treeCtx* c, size_t base, size_t len, size_t chu
   if (f == commFuncReduce) {
     for (size_t k = 0; k < nChunks; k++) {
       size_t off, l;
-      balancedPart(len, nChunks, k, &off, &l);
+      commSplitPart(len, nChunks, k, unit, &off, &l);
       COMMCHECK(up(c, base + off, l));
     }
     return commSuccess;
@@ -181,7 +176,7 @@ static commResult_t channelSteps(treeCtx* c, size_t base, size_t len, size_t chu
   if (f == commFuncBroadcast) {
     for (size_t k = 0; k < nChunks; k++) {
       size_t off, l;
-      balancedPart(len, nChunks, k, &off, &l);
+      commSplitPart(len, nChunks, k, unit, &off, &l);
       COMMCHECK(down(c, base + off, l, COMM_BUF_INPUT));
     }
     return commSuccess;
@@ -191,11 +186,11 @@ static commResult_t channelSteps(treeCtx* c, size_t base, size_t len, size_t chu
   for (size_t j = 0; j < nChunks + L; j++) {
     size_t off, l;
     if (j < nChunks) {
-      balancedPart(len, nChunks, j, &off, &l);
+      commSplitPart(len, nChunks, j, unit, &off, &l);
       COMMCHECK(up(c, base + off, l));
     }
     if (j >= L) {
-      balancedPart(len, nChunks, j - L, &off, &l);
+      commSplitPart(len, nChunks, j - L, unit, &off, &l);
       COMMCHECK(down(c, base + off, l, COMM_BUF_OUTPUT));
     }
   }
@@ -263,12 +258,13 @@ commResult_t commTreeBuild(const commCollArgs* a, commSchedule* out) {
   int nCh = a->nChannels;
   if (a->func == commFuncAllReduce && nCh > 1) nCh += nCh % 2; /* COMM_MAX_CHANNELS is even */
   COMMCHECK(commSchedInit(out, nCh));
+  const size_t chanUnit = commSplitUnit(a->eltSize, SIZE_MAX); /* channel parts start 16-byte aligned */
 
   /* Reduce: a non-root rank with two children keeps one chunk of partial sums per channel in scratch. */
   size_t maxChunk = 0;
   for (int ch = 0; ch < nCh; ch++) {
     size_t off, len;
-    balancedPart(a->count, (size_t)nCh, (size_t)ch, &off, &len);
+    commSplitPart(a->count, (size_t)nCh, (size_t)ch, chanUnit, &off, &len);
     size_t chunk = treeChunk(len, a->chunkElems, a->nRanks);
     if (len > 0 && chunk > maxChunk) maxChunk = chunk;
   }
@@ -301,7 +297,7 @@ commResult_t commTreeBuild(const commCollArgs* a, commSchedule* out) {
     c.pre = a->isReduction ? COMM_STEP_PRE : 0;
     c.post = a->isReduction ? COMM_STEP_POST : 0;
     size_t off, len;
-    balancedPart(a->count, (size_t)nCh, (size_t)ch, &off, &len);
+    commSplitPart(a->count, (size_t)nCh, (size_t)ch, chanUnit, &off, &len);
     if (len == 0) continue;
     COMMCHECKGOTO(channelSteps(&c, off, len, treeChunk(len, a->chunkElems, a->nRanks)), res, fail);
   }
