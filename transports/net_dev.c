@@ -7,7 +7,8 @@
  * (devSendPos, devRecvPos). Nothing on the host waits for the kernel: a proxy thread per communicator moves
  * the FIFOs with the network plugin, the same calls progress() makes for the host executor (sends of filled
  * slots, receives posted on free ones, completions in order), so every network plugin can carry device
- * buffers (tests run it over Socket: test_gpu_coll -p N -H).
+ * buffers (tests run it over Socket, test_gpu_coll -p N -H; and over IB on the verbs fake and the example
+ * NCCL plugin, tests/gpu/net_gdr_fake.sh; never on RDMA hardware).
  *
  * GPUDirect RDMA: when the plugin can read and write GPU memory (its ptrSupport has COMM_PTR_CUDA: IB with
  * dma-buf or nvidia-peermem) and COMM_NET_GDR is not 0, the slots live in device memory instead, registered
