@@ -91,7 +91,9 @@ typedef struct {
   uint64_t opCount;
   uint32_t smemPlanBytes;      /* each block copies the connections and its channel's steps into this much
                                 * dynamic shared memory first (0: it reads them in place; COMM_DEV_SMEM_PLAN) */
-  uint32_t pad;
+  uint32_t earlyLaunch;        /* programmatic dependent launch (COMM_DEV_PDL): a one-channel kernel lets the
+                                * next kernel of its stream launch once it runs; every kernel waits for the
+                                * one before it to complete before its first global memory access */
 } commDevPlanHdr;
 
 typedef struct {

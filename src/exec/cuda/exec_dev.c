@@ -37,6 +37,7 @@ typedef struct commDevState {
   int dev;
   int alwaysJoin;       /* COMM_DEV_STREAM_JOIN=1: every call goes through the executor's stream */
   int smemPlan;         /* COMM_DEV_SMEM_PLAN (default 1): kernels copy their plan into shared memory first */
+  int earlyLaunch;      /* COMM_DEV_PDL (default 1): one-channel kernels launch early (exec_dev.h) */
   int llBatch;          /* COMM_DEV_LL_BATCH (default 2): 1: LL sends or receives to several peers at once;
                          * 2: and one-shot allreduce folds */
   cudaEvent_t lastDone; /* recorded after the latest launch outside graph capture, on lastStream */
@@ -109,6 +110,7 @@ static commResult_t stateCreate(commComm* comm) {
   s->alwaysJoin = (int)commParamInt("COMM_DEV_STREAM_JOIN", 0, 0, 1);
   s->llBatch = (int)commParamInt("COMM_DEV_LL_BATCH", 2, 0, 2);
   s->smemPlan = (int)commParamInt("COMM_DEV_SMEM_PLAN", 1, 0, 1);
+  s->earlyLaunch = (int)commParamInt("COMM_DEV_PDL", 1, 0, 1);
   s->planCacheOff = commParamInt("COMM_DEV_PLAN_CACHE", 1, 0, 1) == 0;
   void* words = NULL;
   CUDACHECKGOTO(cudaHostAlloc(&words, 4096, cudaHostAllocMapped | cudaHostAllocPortable), res, fail);
@@ -342,6 +344,7 @@ static commResult_t planLayout(commComm* comm, const commPlan* plan, connKey* ke
     if (hdr->stepBegin[c + 1] - hdr->stepBegin[c] > mostSteps) mostSteps = hdr->stepBegin[c + 1] - hdr->stepBegin[c];
   size_t smem = (size_t)nConns * sizeof(commDevConn) + (size_t)mostSteps * sizeof(commDevStep);
   hdr->smemPlanBytes = comm->dev->smemPlan && smem <= COMM_DEV_SMEM_PLAN_MAX ? (uint32_t)smem : 0;
+  hdr->earlyLaunch = (uint32_t)comm->dev->earlyLaunch;
   *bytes = (size_t)nConns * sizeof(commDevConn) + (size_t)k * sizeof(commDevStep);
   *mostStepBytes = most;
   return commSuccess;

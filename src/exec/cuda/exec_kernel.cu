@@ -648,6 +648,15 @@ __global__ void __launch_bounds__(COMM_DEV_THREADS, 1) execKernel(const __grid_c
     p.conns = (const commDevConn*)sPlan;
     steps = (const commDevStep*)(sPlan + cw);
   }
+  if (h->earlyLaunch) {
+    /* Launched early (programmatic dependent launch): wait here, before the first global memory access,
+     * until the stream's previous kernel has completed and its memory is visible; a kernel launched
+     * without the attribute passes at once. A one-block kernel then lets the next kernel of the stream
+     * launch (its block waits here in turn): the launch's latency overlaps this kernel instead of
+     * following it. Bigger kernels do not, so the blocks resident at once stay within the budget. */
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (gridDim.x == 1) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  }
   p.scalarBits = h->scalarBits;
   if (h->scalarAddr) { /* a device-resident PREMULSUM scalar, read now */
     const uint8_t* s = (const uint8_t*)h->scalarAddr;
@@ -707,8 +716,23 @@ cudaError_t launchWith(const commDevArgs* a, size_t inlineBytes, int threads, cu
   KernelArgs<INL> k;
   k.hdr = a->hdr;
   memcpy(k.inl.bytes, a->inl.bytes, inlineBytes);
-  execKernel<INL><<<a->hdr.nChannels, threads, a->hdr.smemPlanBytes, stream>>>(k);
-  return cudaGetLastError();
+  if (!a->hdr.earlyLaunch) {
+    execKernel<INL><<<a->hdr.nChannels, threads, a->hdr.smemPlanBytes, stream>>>(k);
+    return cudaGetLastError();
+  }
+  /* A one-channel kernel may launch while the stream's previous kernel still runs (it waits in its
+   * prologue, griddepcontrol.wait); captured in a graph, this is a programmatic edge. */
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)a->hdr.nChannels);
+  cfg.blockDim = dim3((unsigned)threads);
+  cfg.dynamicSmemBytes = a->hdr.smemPlanBytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = a->hdr.nChannels == 1 ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, execKernel<INL>, k);
 }
 
 }  // namespace
