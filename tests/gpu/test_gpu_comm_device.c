@@ -14,12 +14,16 @@
 
 static commUniqueId id;
 static int devOf[2] = {-2, -2}, ok[2];
+static pthread_barrier_t allocated;
 
 static void* rankMain(void* arg) {
   int rank = (int)(long)arg;
-  if (cudaSetDevice(0) != cudaSuccess || cudaFree(0) != cudaSuccess) return NULL; /* make the context */
   comm_t comm;
-  if (commInitRank(&comm, 2, id, rank) != commSuccess) return NULL;
+  if (cudaSetDevice(0) != cudaSuccess || cudaFree(0) != cudaSuccess || /* make the context */
+      commInitRank(&comm, 2, id, rank) != commSuccess) {
+    pthread_barrier_wait(&allocated); /* the other rank waits there */
+    return NULL;
+  }
   commCuDevice(comm, &devOf[rank]);
   float v[3] = {1.0f + rank, 2.0f, 3.0f * rank};
   if (commAllReduce(v, v, 3, commFloat32, commSum, comm, NULL) == commSuccess)
@@ -30,10 +34,13 @@ static void* rankMain(void* arg) {
   float* d = NULL;
   float h[3] = {1.0f + rank, 2.0f, 3.0f * rank};
   cudaStream_t s = NULL;
-  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
-      cudaMalloc((void**)&d, 3 * sizeof(float)) != cudaSuccess ||
-      cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice) != cudaSuccess ||
-      commAllReduce(d, d, 3, commFloat32, commSum, comm, (commStream_t)s) != commSuccess ||
+  int made = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
+             cudaMalloc((void**)&d, 3 * sizeof(float)) == cudaSuccess &&
+             cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice) == cudaSuccess;
+  /* Both ranks allocate before either launches: the kernel waits for its peer, and a peer still inside
+   * cudaMalloc (which may wait for the GPU's running kernels) would never come (both share the GPU). */
+  pthread_barrier_wait(&allocated);
+  if (!made || commAllReduce(d, d, 3, commFloat32, commSum, comm, (commStream_t)s) != commSuccess ||
       cudaMemcpyAsync(h, d, sizeof(h), cudaMemcpyDeviceToHost, s) != cudaSuccess ||
       cudaStreamSynchronize(s) != cudaSuccess || h[0] != 3.0f || h[1] != 4.0f || h[2] != 3.0f)
     ok[rank] = 0;
@@ -68,6 +75,7 @@ int main(void) {
   setenv("COMM_DEBUG_SUBSYS", "TOPO", 1);
   setenv("COMM_DEBUG_FILE", log, 1);
   if (commGetUniqueId(&id) != commSuccess) return 1;
+  pthread_barrier_init(&allocated, NULL, 2);
   pthread_t t[3];
   for (long r = 0; r < 2; r++) pthread_create(&t[r], NULL, rankMain, (void*)r);
   for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
