@@ -33,11 +33,17 @@ typedef struct scratchBuf {
   struct scratchBuf* next;
 } scratchBuf;
 
+/* Plans whose steps move at most DEV_TINY_BYTES (COMM_DEV_TINY_BYTES) run one warp per channel: a block
+ * barrier of one warp costs next to nothing, and 32 lanes hold 256 bytes of LL lines in one pass. */
+#define DEV_THREADS_TINY 32
+#define DEV_TINY_BYTES 256
+
 typedef struct commDevState {
   int dev;
   int alwaysJoin;       /* COMM_DEV_STREAM_JOIN=1: every call goes through the executor's stream */
   int smemPlan;         /* COMM_DEV_SMEM_PLAN (default 1): kernels copy their plan into shared memory first */
   int earlyLaunch;      /* COMM_DEV_PDL (default 1): one-channel kernels launch early (exec_dev.h) */
+  int64_t tinyBytes;    /* COMM_DEV_TINY_BYTES: plans whose steps move at most this much run one warp */
   int llBatch;          /* COMM_DEV_LL_BATCH (default 2): 1: LL sends or receives to several peers at once;
                          * 2: and one-shot allreduce folds */
   cudaEvent_t lastDone; /* recorded after the latest launch outside graph capture, on lastStream */
@@ -111,6 +117,7 @@ static commResult_t stateCreate(commComm* comm) {
   s->llBatch = (int)commParamInt("COMM_DEV_LL_BATCH", 2, 0, 2);
   s->smemPlan = (int)commParamInt("COMM_DEV_SMEM_PLAN", 1, 0, 1);
   s->earlyLaunch = (int)commParamInt("COMM_DEV_PDL", 1, 0, 1);
+  s->tinyBytes = commParamInt("COMM_DEV_TINY_BYTES", DEV_TINY_BYTES, 0, 4096);
   s->planCacheOff = commParamInt("COMM_DEV_PLAN_CACHE", 1, 0, 1) == 0;
   void* words = NULL;
   CUDACHECKGOTO(cudaHostAlloc(&words, 4096, cudaHostAllocMapped | cudaHostAllocPortable), res, fail);
@@ -577,7 +584,9 @@ static commResult_t launchPlan(commComm* comm, const commPlan* plan, cudaStream_
   if (h->proxyBusy) commNetDevKick(comm); /* its net FIFOs move from now on */
   if (h->nChannels > 0) {
     /* Steps that move little run with fewer threads: less to synchronise per step. */
-    int threads = mostStepBytes <= COMM_DEV_SMALL_STEP_BYTES ? COMM_DEV_THREADS_SMALL : COMM_DEV_THREADS;
+    int threads = mostStepBytes <= (size_t)s->tinyBytes       ? DEV_THREADS_TINY
+                  : mostStepBytes <= COMM_DEV_SMALL_STEP_BYTES ? COMM_DEV_THREADS_SMALL
+                                                               : COMM_DEV_THREADS;
     cudaError_t e = (cudaError_t)commDevLaunch(&args, h->planAddr ? 0 : bytes, threads, stream);
     if (e != cudaSuccess) {
       res = commCudaFail("the executor's kernel launch", e);
