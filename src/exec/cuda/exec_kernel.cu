@@ -648,6 +648,11 @@ __global__ void __launch_bounds__(COMM_DEV_THREADS, 1) execKernel(const __grid_c
     p.conns = (const commDevConn*)sPlan;
     steps = (const commDevStep*)(sPlan + cw);
   }
+  /* What the first steps are (a one-shot fold?) depends on the plan alone: found before the wait below, so
+   * that a kernel launched early does it while the previous kernel still runs. */
+  __syncthreads(); /* the plan's copy is complete */
+  int foldPeers0 = 0;
+  const int fold0 = nSteps > 0 ? llFoldLength(p, steps, 0, nSteps, &foldPeers0) : 0;
   if (h->earlyLaunch) {
     /* Launched early (programmatic dependent launch): wait here, before the first global memory access,
      * until the stream's previous kernel has completed and its memory is visible; a kernel launched
@@ -675,8 +680,8 @@ __global__ void __launch_bounds__(COMM_DEV_THREADS, 1) execKernel(const __grid_c
   int phase = 0;
   if (h->trace && ch == 0 && threadIdx.x == 0) h->trace[5] = globalTimer(); /* the prologue's end */
   for (int s = 0; s < nSteps; s++) {
-    int foldPeers = 0;
-    const int fold = llFoldLength(p, steps, s, nSteps, &foldPeers);
+    int foldPeers = foldPeers0;
+    const int fold = s == 0 ? fold0 : llFoldLength(p, steps, s, nSteps, &foldPeers);
     const int m = fold ? 0 : llBatchLength(p, steps, s, nSteps);
     const int chain = fold || m ? 0 : reduceChainLength(p, steps, s, nSteps);
     if (fold > 0) {
