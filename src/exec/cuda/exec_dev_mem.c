@@ -23,6 +23,19 @@
     commCudaDevLeave(cudaDev, &g_);                                           \
   } while (0)
 
+/* Release p with fn (cudaFreeHost, cudaHostUnregister, cudaFree) while cudaDev is current; nothing for NULL. */
+static void releaseOnDev(int cudaDev, cudaError_t (*fn)(void*), void* p) {
+  if (p == NULL) return;
+  commCudaDevGuard g;
+  if (commCudaDevEnter(cudaDev, &g) != commSuccess) return;
+  fn(p);
+  commCudaDevLeave(cudaDev, &g);
+}
+
+void commDevHostFree(int cudaDev, void* host) { releaseOnDev(cudaDev, cudaFreeHost, host); }
+void commDevHostUnregister(int cudaDev, void* host) { releaseOnDev(cudaDev, cudaHostUnregister, host); }
+void commDevMemFree(int cudaDev, void* ptr) { releaseOnDev(cudaDev, cudaFree, ptr); }
+
 commResult_t commDevHostAlloc(int cudaDev, size_t bytes, void** host, void** dev) {
   cudaError_t e = cudaSuccess;
   *host = *dev = NULL;
@@ -37,14 +50,6 @@ commResult_t commDevHostAlloc(int cudaDev, size_t bytes, void** host, void** dev
   }
   memset(*host, 0, bytes);
   return commSuccess;
-}
-
-void commDevHostFree(int cudaDev, void* host) {
-  if (host == NULL) return;
-  commCudaDevGuard g;
-  if (commCudaDevEnter(cudaDev, &g) != commSuccess) return;
-  cudaFreeHost(host);
-  commCudaDevLeave(cudaDev, &g);
 }
 
 commResult_t commDevHostRegister(int cudaDev, void* host, size_t bytes, void** dev) {
@@ -64,14 +69,6 @@ commResult_t commDevHostRegister(int cudaDev, void* host, size_t bytes, void** d
   return commSuccess;
 }
 
-void commDevHostUnregister(int cudaDev, void* host) {
-  if (host == NULL) return;
-  commCudaDevGuard g;
-  if (commCudaDevEnter(cudaDev, &g) != commSuccess) return;
-  cudaHostUnregister(host);
-  commCudaDevLeave(cudaDev, &g);
-}
-
 commResult_t commDevMemAlloc(int cudaDev, size_t bytes, void** ptr) {
   cudaError_t e = cudaSuccess;
   *ptr = NULL;
@@ -85,14 +82,6 @@ commResult_t commDevMemAlloc(int cudaDev, size_t bytes, void** ptr) {
     return commCudaFail("cudaMalloc of a FIFO in device memory", e);
   }
   return commSuccess;
-}
-
-void commDevMemFree(int cudaDev, void* ptr) {
-  if (ptr == NULL) return;
-  commCudaDevGuard g;
-  if (commCudaDevEnter(cudaDev, &g) != commSuccess) return;
-  cudaFree(ptr);
-  commCudaDevLeave(cudaDev, &g);
 }
 
 commResult_t commDevBindThread(int cudaDev) {
