@@ -6,7 +6,9 @@
  *  - 8-byte allreduce, 2 ranks (threads) on the GPU, n calls back to back then one synchronize (nccl-tests
  *    timing): time per call, against the empty kernel; the host time inside commAllReduce, against a
  *    launch call, both timed in bursts of BURST calls with a synchronize between bursts (so that neither
- *    waits for room in a full launch queue); and the same calls captured in a CUDA graph (per call);
+ *    waits for room in a full launch queue), also with the ranks taking turns (no two threads in the
+ *    driver at once) and against two threads launching empty kernels at once; and the same calls captured
+ *    in a CUDA graph (per call);
  *  - allreduce of `bytes` (default 1 GiB) with k ranks (default 8) and with 2 ranks on the one GPU, Ring
  *    (COMM_ALGO=ring unless set; the 8-byte calls use the tuner's choice): device memory traffic against the copy rate. A ring allreduce over n
  *    ranks reads and writes (6n - 4) x bytes in all (per chunk of bytes/n, each rank: send 2, n-2
@@ -68,6 +70,7 @@ typedef struct {
   size_t bytes;   /* allreduce size */
   int mode;       /* 0: back to back, 1: graph, 2: bandwidth */
   double usPerCall[16], hostUsPerCall[16];
+  double aloneHostUsPerCall[16]; /* host time with the ranks taking turns (no other thread launching) */
 } rankArgs;
 
 static commUniqueId uid;
@@ -134,6 +137,24 @@ static void* rankMain(void* p) {
         CK(cudaStreamSynchronize(s));
       }
       a->hostUsPerCall[r] = host / (n / BURST * BURST);
+      /* And with the ranks taking turns: each burst of one rank runs while the others wait at the barrier
+       * (its kernels queue up on the GPU until the peers' arrive), so no other thread of the process is
+       * inside the CUDA driver during the timed calls. The difference to the burst above is the cost of
+       * launching from two threads into one context at once. */
+      host = 0;
+      for (int b = 0; b < n / BURST; b++) {
+        for (int turn = 0; turn < a->nRanks; turn++) {
+          pthread_barrier_wait(&barrier);
+          if (turn != a->rank) continue;
+          for (int i = 0; i < BURST; i++) {
+            double h0 = nowUs();
+            CC(commAllReduce(buf, out, count, commFloat32, commSum, comm, s));
+            host += nowUs() - h0;
+          }
+        }
+        CK(cudaStreamSynchronize(s));
+      }
+      a->aloneHostUsPerCall[r] = host / (n / BURST * BURST);
     }
   }
   if (ge) CK(cudaGraphExecDestroy(ge));
@@ -144,6 +165,8 @@ static void* rankMain(void* p) {
   CC(commDestroy(comm));
   return NULL;
 }
+
+static double aloneHostUs; /* rank 0's host time per call with the ranks taking turns (mode 0) */
 
 /* Per-call time (median over runs, rank 0's view after the slowest rank) and rank 0's host time. */
 static void runRanks(int nRanks, size_t bytes, int mode, double* us, double* hostUs) {
@@ -158,9 +181,50 @@ static void runRanks(int nRanks, size_t bytes, int mode, double* us, double* hos
   for (int r = 0; r < nRanks; r++) pthread_join(th[r], NULL);
   *us = median(a[0].usPerCall, runs);
   *hostUs = median(a[0].hostUsPerCall, runs);
+  if (mode == 0) aloneHostUs = median(a[0].aloneHostUsPerCall, runs);
   pthread_barrier_destroy(&barrier);
   free(a);
   free(th);
+}
+
+/* The launch baseline under the conditions of two ranks in one process: two threads, each with its own
+ * stream, launching bursts of empty kernels at the same moment (the CUDA driver serialises parts of a launch
+ * per context). Returns thread 0's host time per launch call. */
+typedef struct {
+  int index;
+  double hostUs[16];
+} launcherArgs;
+static void* launcherMain(void* p) {
+  launcherArgs* a = (launcherArgs*)p;
+  CK(cudaSetDevice(0));
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (int i = 0; i < BURST; i++) emptyKernel<<<1, 1, 0, s>>>();
+  CK(cudaStreamSynchronize(s));
+  for (int r = 0; r < runs; r++) {
+    double h = 0;
+    for (int b = 0; b < calls / BURST; b++) {
+      pthread_barrier_wait(&barrier);
+      for (int i = 0; i < BURST; i++) {
+        double h0 = nowUs();
+        emptyKernel<<<1, 1, 0, s>>>();
+        h += nowUs() - h0;
+      }
+      CK(cudaStreamSynchronize(s));
+    }
+    a->hostUs[r] = h / (calls / BURST * BURST);
+  }
+  CK(cudaStreamDestroy(s));
+  return NULL;
+}
+static double twoThreadLaunchUs(void) {
+  launcherArgs a[2];
+  pthread_t th[2];
+  pthread_barrier_init(&barrier, NULL, 2);
+  for (int i = 0; i < 2; i++) a[i].index = i, pthread_create(&th[i], NULL, launcherMain, &a[i]);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  pthread_barrier_destroy(&barrier);
+  return median(a[0].hostUs, runs);
 }
 
 int main(int argc, char** argv) {
@@ -229,12 +293,18 @@ int main(int argc, char** argv) {
   printf("baseline empty kernel in a graph     %8.2f us per kernel\n", graphUs);
   printf("baseline host time of a launch call  %8.2f us\n", hostUs);
   printf("baseline cudaMemcpy D2D %zu B        %8.1f GB/s (read + written)\n", bigBytes, copyGBs);
+  double twoHostUs = twoThreadLaunchUs();
+  printf("baseline launch call, 2 threads      %8.2f us = %.2fx one thread (both launching at once)\n", twoHostUs,
+         twoHostUs / hostUs);
 
   double us, hus;
   runRanks(2, 8, 0, &us, &hus);
   printf("allreduce 8 B, 2 ranks, back to back %8.2f us per call = %.2fx the empty kernel (target <= 2.5x)\n", us,
          us / backUs);
-  printf("host time in commAllReduce (8 B)     %8.2f us = %.2fx a launch call (target <= 1.5x)\n", hus, hus / hostUs);
+  printf("host time in commAllReduce (8 B)     %8.2f us = %.2fx a launch call (target <= 1.5x); %.2fx the "
+         "2-thread launch\n", hus, hus / hostUs, hus / twoHostUs);
+  printf("  the same, ranks taking turns       %8.2f us = %.2fx a launch call (no other thread launching)\n",
+         aloneHostUs, aloneHostUs / hostUs);
   runRanks(2, 8, 1, &us, &hus);
   printf("allreduce 8 B, 2 ranks, CUDA graph   %8.2f us per call (target <= 5 us)\n", us);
   /* The same calls with every call joined through the communicator's own stream (two events each way). */

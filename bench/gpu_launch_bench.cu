@@ -6,7 +6,9 @@
  *  - the host time of one cudaLaunchKernel call alone (what a collective call's host time compares to);
  *  - the host time of a launch with B bytes of parameters (B = 256, 768, 2304: the executor's kernel carries
  *    its plan in about 800 or 2,300 bytes), of an empty launch followed by a cudaEventRecord, and of a
- *    kernel of 128 threads with 2 KB of local memory each.
+ *    kernel of 128 threads with 2 KB of local memory each, of an empty kernel launched through
+ *    cudaLaunchKernelEx with and without the programmatic-dependent-launch attribute (the executor's launch
+ *    for one-channel plans), and of 128 threads with 4 KB of dynamic shared memory (its plan copy).
  * Medians of `runs`. */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -59,6 +61,27 @@ static double paramLaunchUs(cudaStream_t s, int n) {
   return us;
 }
 
+/* Host time per launch through cudaLaunchKernelEx, with the early-launch attribute or none. */
+static double launchExUs(cudaStream_t s, int n, int pdl, int threads, size_t smem) {
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.gridDim = dim3(1);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  if (pdl) {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  double t0 = nowUs();
+  for (int i = 0; i < n; i++) CK(cudaLaunchKernelEx(&cfg, emptyKernel));
+  double us = (nowUs() - t0) / n;
+  CK(cudaStreamSynchronize(s));
+  return us;
+}
+
 static int cmpD(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
   return (x > y) - (x < y);
@@ -81,6 +104,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 100; i++) emptyKernel<<<1, 1, 0, s>>>();
   CK(cudaStreamSynchronize(s));
   double back[99], graph[99], host[99], p256[99], p768[99], p2304[99], withEvent[99], local[99];
+  double ex[99], exPdl[99], smem[99];
   cudaEvent_t ev;
   CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   paramLaunchUs<256>(s, 100), paramLaunchUs<768>(s, 100), paramLaunchUs<2304>(s, 100);
@@ -118,11 +142,14 @@ int main(int argc, char** argv) {
     for (int i = 0; i < n; i++) localKernel<<<1, 128, 0, s>>>(i);
     local[r] = (nowUs() - t0) / n;
     CK(cudaStreamSynchronize(s));
+    ex[r] = launchExUs(s, n, 0, 1, 0);
+    exPdl[r] = launchExUs(s, n, 1, 1, 0);
+    smem[r] = launchExUs(s, n, 0, 128, 4096);
   }
   qsort(back, (size_t)runs, sizeof(double), cmpD);
   qsort(graph, (size_t)runs, sizeof(double), cmpD);
-  double* sorted[] = {host, p256, p768, p2304, withEvent, local};
-  for (int i = 0; i < 6; i++) qsort(sorted[i], (size_t)runs, sizeof(double), cmpD);
+  double* sorted[] = {host, p256, p768, p2304, withEvent, local, ex, exPdl, smem};
+  for (int i = 0; i < 9; i++) qsort(sorted[i], (size_t)runs, sizeof(double), cmpD);
   printf("# gpu_launch_bench: %d launches per run, median of %d runs (us per kernel)\n", n, runs);
   printf("empty kernel, back to back      %8.3f us\n", back[runs / 2]);
   printf("empty kernel, in a CUDA graph   %8.3f us\n", graph[runs / 2]);
@@ -132,6 +159,9 @@ int main(int argc, char** argv) {
   printf("  with 2304 B of parameters     %8.3f us\n", p2304[runs / 2]);
   printf("  then a cudaEventRecord        %8.3f us\n", withEvent[runs / 2]);
   printf("  128 threads, 2 KB local each  %8.3f us\n", local[runs / 2]);
+  printf("  cudaLaunchKernelEx            %8.3f us\n", ex[runs / 2]);
+  printf("  cudaLaunchKernelEx, early     %8.3f us (programmatic stream serialization)\n", exPdl[runs / 2]);
+  printf("  128 threads, 4 KB dyn. smem   %8.3f us\n", smem[runs / 2]);
   CK(cudaEventDestroy(ev));
   CK(cudaGraphExecDestroy(ge));
   CK(cudaGraphDestroy(g));

@@ -94,6 +94,9 @@ typedef struct {
   uint32_t earlyLaunch;        /* programmatic dependent launch (COMM_DEV_PDL): a one-channel kernel lets the
                                 * next kernel of its stream launch once it runs; every kernel waits for the
                                 * one before it to complete before its first global memory access */
+  uint32_t* doneBlocks;        /* device memory: every block adds 1 once all its stores are done (NULL when
+                                * captured in a graph); a call on another stream waits for the sum the host
+                                * expects (cuStreamWaitValue32), so no call records an event (exec_dev.c) */
 } commDevPlanHdr;
 
 typedef struct {

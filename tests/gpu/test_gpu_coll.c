@@ -445,6 +445,7 @@ static int runAll(rankCtx* x) {
         .async = 1, .scale = 1);
   if (runMixed(x) < 0) return -1;
   if (runRepeat(x) < 0) return -1;
+  if (runStreamOrder(x) < 0) return -1;
   if ((!x->procMode || ownHostsMode) && runGraph(x) < 0) return -1; /* -H: graph replays drive the proxy */
   return 0;
 }

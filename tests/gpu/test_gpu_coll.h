@@ -1,6 +1,6 @@
 /* test_gpu_coll: what its two files share. test_gpu_coll.c has the collectives' cases, the checks against the
  * host executor and the drivers (threads, processes); test_gpu_coll_special.c the cases of their own: mixed
- * host and device buffers, repeated calls, graph replays, the timeout and abort of a lone rank, and a peer
+ * host and device buffers, repeated calls, calls on changing streams, graph replays, the timeout and abort of a lone rank, and a peer
  * that leaves. SPDX-License-Identifier: Apache-2.0 */
 #ifndef TEST_GPU_COLL_H_
 #define TEST_GPU_COLL_H_
@@ -46,6 +46,7 @@ int agreeResult(rankCtx* x, int cudaBad, int bad, const char* what);
 /* test_gpu_coll_special.c */
 int runMixed(rankCtx* x);
 int runRepeat(rankCtx* x);
+int runStreamOrder(rankCtx* x);
 int runGraph(rankCtx* x);
 int runSolo(rankCtx* x, int isAbort);
 int runPeerGone(rankCtx* x);

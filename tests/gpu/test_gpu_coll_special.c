@@ -1,5 +1,5 @@
-/* test_gpu_coll's cases of their own (test_gpu_coll.h): mixed host and device buffers, repeated calls, graph
- * replays, the timeout and abort of a lone rank, and a peer that leaves. SPDX-License-Identifier: Apache-2.0 */
+/* test_gpu_coll's cases of their own (test_gpu_coll.h): mixed host and device buffers, repeated calls, calls
+ * on changing streams, graph replays, the timeout and abort of a lone rank, and a peer that leaves. SPDX-License-Identifier: Apache-2.0 */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -62,6 +62,83 @@ int runRepeat(rankCtx* x) {
         }
       }
     }
+    if (agreeResult(x, cudaBad, bad, what) < 0) return -1;
+  }
+  return 0;
+}
+
+static void CUDART_CB sleepFn(void* arg) {
+  (void)arg;
+  usleep(5000);
+}
+
+/* Calls on changing streams: in-place allreduces of uint32 ones, each on the next of three streams of this
+ * rank, with nothing between them but a host function that sleeps 5 ms before some of them; the stream of
+ * one delayed call is destroyed right after it (and replaced). Each call must run after the one before it,
+ * whatever its stream (else it reads its input too early, or two kernels share the FIFOs at once): every
+ * element ends as n^calls (mod 2^32). A small count (LL, one channel) and 4 MiB (Simple, several). */
+int runStreamOrder(rankCtx* x) {
+  const size_t counts[2] = {1001, x->cap / sizeof(uint32_t) < ((size_t)1 << 20) ? x->cap / sizeof(uint32_t)
+                                                                                 : (size_t)1 << 20};
+  const int calls = 9, destroyAt = 4;
+  for (int c = 0; c < 2; c++) {
+    const size_t cnt = counts[c];
+    char what[128];
+    snprintf(what, sizeof(what), "stream order: %d in-place allreduces uint32 sum count %zu on three streams", calls,
+             cnt);
+    if (verbose && x->rank == 0) printf("case %s\n", what), fflush(stdout);
+    cudaStream_t sts[3] = {NULL, NULL, NULL};
+    int cudaBad = 0, bad = 0;
+    for (int i = 0; i < 3; i++) cudaBad |= cudaStreamCreateWithFlags(&sts[i], cudaStreamNonBlocking) != cudaSuccess;
+    uint32_t* h = (uint32_t*)x->res;
+    for (size_t i = 0; i < cnt; i++) h[i] = 1;
+    if (!cudaBad) cudaBad = cudaMemcpyAsync(x->dr, h, cnt * sizeof(uint32_t), cudaMemcpyHostToDevice, sts[0]) != cudaSuccess;
+    if (!cudaBad) cudaBad = cudaStreamSynchronize(sts[0]) != cudaSuccess;
+    if (cudaBad) report(x, what, "setting up the streams failed");
+    if (agree(x, cudaBad)) {
+      for (int i = 0; i < 3; i++)
+        if (sts[i]) cudaStreamDestroy(sts[i]);
+      if (agreeResult(x, cudaBad, 1, what) < 0) return -1;
+      continue;
+    }
+    uint32_t expect = 1;
+    int k = 0;
+    for (; k < calls; k++) {
+      cudaStream_t st = sts[k % 3];
+      cudaError_t ce = k % 3 == 1 ? cudaLaunchHostFunc(st, sleepFn, NULL) : cudaSuccess;
+      commResult_t rc = ce == cudaSuccess ? commAllReduce(x->dr, x->dr, cnt, commUint32, commSum, x->comm, (commStream_t)st)
+                                          : commInternalError;
+      if (ce != cudaSuccess || rc != commSuccess)
+        report(x, what, "call %d: commAllReduce %d (%s), CUDA %s", k, (int)rc, commGetErrorString(rc), cudaGetErrorName(ce));
+      int f = agreeCall(x, ce == cudaSuccess && rc == commSuccess, what);
+      if (f < 0) return -1;
+      if (f == 1) break;
+      expect *= (uint32_t)x->n;
+      if (k == destroyAt) { /* its work still runs; the next call, on another stream, must follow it */
+        cudaBad |= cudaStreamDestroy(st) != cudaSuccess;
+        sts[k % 3] = NULL;
+        cudaBad |= cudaStreamCreateWithFlags(&sts[k % 3], cudaStreamNonBlocking) != cudaSuccess;
+      }
+    }
+    bad = k < calls;
+    cudaStream_t last = sts[(k + 2) % 3];
+    if (!bad && !cudaBad) {
+      cudaError_t ce = cudaMemcpyAsync(h, x->dr, cnt * sizeof(uint32_t), cudaMemcpyDeviceToHost, last);
+      if (ce == cudaSuccess) ce = cudaStreamSynchronize(last);
+      cudaBad = ce != cudaSuccess;
+      if (cudaBad) report(x, what, "reading the result: %s", cudaGetErrorName(ce));
+      for (size_t i = 0; i < cnt && !cudaBad && !bad; i++)
+        if (h[i] != expect) {
+          bad = 1;
+          report(x, what, "element %zu is %u, expected %u (%d^%d): a call ran before the one before it", i, h[i],
+                 expect, x->n, calls);
+        }
+    }
+    for (int i = 0; i < 3; i++)
+      if (sts[i]) {
+        cudaBad |= cudaStreamSynchronize(sts[i]) != cudaSuccess;
+        cudaStreamDestroy(sts[i]);
+      }
     if (agreeResult(x, cudaBad, bad, what) < 0) return -1;
   }
   return 0;

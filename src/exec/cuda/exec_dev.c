@@ -1,5 +1,6 @@
 /* The CUDA executor's host side: per-communicator stream, events, error and abort words; turning plans
  * into device plans; launching them joined to the callers' streams (src/include/exec_dev.h). */
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -46,7 +47,13 @@ typedef struct commDevState {
   int64_t tinyBytes;    /* COMM_DEV_TINY_BYTES: plans whose steps move at most this much run one warp */
   int llBatch;          /* COMM_DEV_LL_BATCH (default 2): 1: LL sends or receives to several peers at once;
                          * 2: and one-shot allreduce folds */
-  cudaEvent_t lastDone; /* recorded after the latest launch outside graph capture, on lastStream */
+  /* Stream order without an event per call: every block of a kernel launched outside graph capture adds 1 to
+   * *doneBlocks (device memory) when it ends; launchedBlocks counts those blocks as launched. A call on
+   * another stream than the previous one (lastStream) first makes its stream wait, on the GPU, until the
+   * count reaches launchedBlocks (followLast, waitLaunched): lastStream itself is never touched again, so it may
+   * have been destroyed in between. */
+  uint32_t* doneBlocks;
+  uint32_t launchedBlocks;
   cudaStream_t lastStream;
   int haveLast;
   volatile int32_t* abortFlagDev; /* the same words, as the kernel addresses them */
@@ -104,6 +111,38 @@ static void freeGraphBufs(void) {
   }
 }
 
+/* cuStreamWaitValue32 (driver API, through the runtime's entry point lookup: libcomm links no libcuda). */
+typedef CUresult (*waitValue32_t)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+static waitValue32_t waitValue32;
+static pthread_once_t waitValueOnce = PTHREAD_ONCE_INIT;
+static void waitValueLookup(void) {
+  void* fn = NULL;
+  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+      q == cudaDriverEntryPointSuccess)
+    waitValue32 = (waitValue32_t)fn;
+}
+static commResult_t resolveWaitValue(void) {
+  pthread_once(&waitValueOnce, waitValueLookup);
+  if (waitValue32 != NULL) return commSuccess;
+  WARN("the CUDA driver has no cuStreamWaitValue32 (stream memory operations), which the CUDA executor orders "
+       "calls on different streams with: a driver of CUDA 12 or later is needed");
+  return commSystemError;
+}
+
+/* The stream of this call waits on the GPU until every kernel launched so far outside graph capture has
+ * ended (their blocks' count reached launchedBlocks). */
+static commResult_t waitLaunched(commDevState* s, cudaStream_t st) {
+  CUresult r = waitValue32((CUstream)st, (CUdeviceptr)(uintptr_t)s->doneBlocks, s->launchedBlocks,
+                           CU_STREAM_WAIT_VALUE_GEQ);
+  if (r != CUDA_SUCCESS) {
+    WARN("cuStreamWaitValue32 (ordering a call after the communicator's previous kernels) failed: CUresult %d",
+         (int)r);
+    return commUnhandledCudaError;
+  }
+  return commSuccess;
+}
+
 static commResult_t stateCreate(commComm* comm) {
   commDevState* s = NULL;
   commResult_t res = commSuccess;
@@ -112,7 +151,6 @@ static commResult_t stateCreate(commComm* comm) {
   CUDACHECKGOTO(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking), res, fail);
   CUDACHECKGOTO(cudaEventCreateWithFlags(&s->joinIn, cudaEventDisableTiming), res, fail);
   CUDACHECKGOTO(cudaEventCreateWithFlags(&s->joinOut, cudaEventDisableTiming), res, fail);
-  CUDACHECKGOTO(cudaEventCreateWithFlags(&s->lastDone, cudaEventDisableTiming), res, fail);
   s->alwaysJoin = (int)commParamInt("COMM_DEV_STREAM_JOIN", 0, 0, 1);
   s->llBatch = (int)commParamInt("COMM_DEV_LL_BATCH", 2, 0, 2);
   s->smemPlan = (int)commParamInt("COMM_DEV_SMEM_PLAN", 1, 0, 1);
@@ -137,7 +175,13 @@ static commResult_t stateCreate(commComm* comm) {
     memset((void*)s->trace, 0, (8 + COMM_DEV_TRACE_STEPS) * sizeof(uint64_t));
     s->traceDev = (uint64_t*)((char*)wordsDev + 512);
   }
-  CUDACHECKGOTO(cudaMalloc((void**)&s->llStaging, (size_t)COMM_MAX_CHANNELS * 2 * COMM_DEV_LL_PIECE), res, fail);
+  COMMCHECKGOTO(resolveWaitValue(), res, fail);
+  /* The LL staging, then the block counter of the stream order, zeroed before any kernel runs. */
+  const size_t staging = (size_t)COMM_MAX_CHANNELS * 2 * COMM_DEV_LL_PIECE;
+  CUDACHECKGOTO(cudaMalloc((void**)&s->llStaging, staging + 256), res, fail);
+  s->doneBlocks = (uint32_t*)(s->llStaging + staging);
+  CUDACHECKGOTO(cudaMemsetAsync(s->doneBlocks, 0, sizeof(uint32_t), s->stream), res, fail);
+  CUDACHECKGOTO(cudaStreamSynchronize(s->stream), res, fail);
   commDevKernelInfo ki = {0, 0, 0, 0, 0};
   CUDACHECKGOTO((cudaError_t)commDevLoadKernels(&ki), res, fail);
   comm->dev = s;
@@ -148,7 +192,7 @@ static commResult_t stateCreate(commComm* comm) {
   return commSuccess;
 fail:
   if (s->abortFlag) cudaFreeHost((void*)s->abortFlag);
-  if (s->lastDone) cudaEventDestroy(s->lastDone);
+  if (s->llStaging) cudaFree(s->llStaging);
   if (s->joinOut) cudaEventDestroy(s->joinOut);
   if (s->joinIn) cudaEventDestroy(s->joinIn);
   if (s->stream) cudaStreamDestroy(s->stream);
@@ -425,6 +469,23 @@ static commResult_t planCacheStore(commComm* comm, const commPlan* plan, const c
   return commSuccess;
 }
 
+/* One caller stream: the launch goes after the communicator's previous ones when those were on another
+ * stream, and the stream is remembered after. (A graph being captured cannot depend on work outside it: its
+ * replays are ordered by the caller's streams, as every launch outside it is.) */
+static commResult_t followLast(commDevState* s, cudaStream_t st, int capturing) {
+  if (!capturing && s->haveLast && s->lastStream != st) COMMCHECK(waitLaunched(s, st));
+  return commSuccess;
+}
+static void markLast(commDevState* s, cudaStream_t st, int capturing) {
+  if (capturing) return;
+  s->lastStream = st;
+  s->haveLast = 1;
+}
+/* A kernel of nBlocks launched: counted when its blocks will count themselves (outside graph capture). */
+static void countLaunch(commDevState* s, int nBlocks, int capturing) {
+  if (!capturing) s->launchedBlocks += (uint32_t)nBlocks;
+}
+
 #define STACK_CONN_KEYS 64
 
 static commResult_t launchPlan(commComm* comm, const commPlan* plan, cudaStream_t stream, int capturing) {
@@ -464,6 +525,7 @@ static commResult_t launchPlan(commComm* comm, const commPlan* plan, cudaStream_
   h->llStaging = s->llStaging;
   h->timeoutNs = comm->timeoutMs < 0 ? 0 : comm->timeoutMs == 0 ? 1 : (uint64_t)comm->timeoutMs * 1000000ull;
   h->opCount = plan->opCount;
+  h->doneBlocks = capturing ? NULL : s->doneBlocks;
   planBuf* pooled = NULL;
   void* host = NULL;
   char* area = args.inl.bytes;
@@ -486,6 +548,7 @@ static commResult_t launchPlan(commComm* comm, const commPlan* plan, cudaStream_
       res = commCudaFail("the executor's kernel launch", e);
       goto out;
     }
+    countLaunch(s, h->nChannels, capturing);
     if (!h->planAddr) COMMCHECKGOTO(planCacheStore(comm, plan, &args, bytes, threads), res, out);
   }
   if (pooled) {
@@ -501,21 +564,6 @@ out:
   if (keys != keysStack) free(keys);
   if (stepConn != stepConnStack) free(stepConn);
   return res;
-}
-
-/* One caller stream: the launch goes after the communicator's previous one when that was on another stream,
- * and is remembered after. (A graph being captured cannot depend on work outside it: its replays are
- * ordered by the caller's streams, as every launch outside it is.) */
-static commResult_t followLast(commDevState* s, cudaStream_t st, int capturing) {
-  if (!capturing && s->haveLast && s->lastStream != st) CUDACHECK(cudaStreamWaitEvent(st, s->lastDone, 0));
-  return commSuccess;
-}
-static commResult_t markLast(commDevState* s, cudaStream_t st, int capturing) {
-  if (capturing) return commSuccess;
-  CUDACHECK(cudaEventRecord(s->lastDone, st));
-  s->lastStream = st;
-  s->haveLast = 1;
-  return commSuccess;
 }
 
 commResult_t commDevRunCached(commComm* comm, const commTask* t, int* launched) {
@@ -539,6 +587,7 @@ commResult_t commDevRunCached(commComm* comm, const commTask* t, int* launched) 
   const int capturing = cs == cudaStreamCaptureStatusActive;
   COMMCHECKGOTO(followLast(s, st, capturing), res, out);
   e->args.hdr.opCount = comm->opCount++;
+  e->args.hdr.doneBlocks = capturing ? NULL : s->doneBlocks;
   if (e->args.hdr.proxyBusy) commNetDevKick(comm);
   if (t0) t1 = commTimeNs();
   cudaError_t ce = (cudaError_t)commDevLaunch(&e->args, e->inlineBytes, e->threads, st);
@@ -547,7 +596,8 @@ commResult_t commDevRunCached(commComm* comm, const commTask* t, int* launched) 
     res = commCudaFail("the executor's kernel launch", ce);
     goto out;
   }
-  COMMCHECKGOTO(markLast(s, st, capturing), res, out);
+  countLaunch(s, e->args.hdr.nChannels, capturing);
+  markLast(s, st, capturing);
   *launched = 1;
   if (t0) { /* where the host time of a cached call goes (reported at teardown) */
     s->cachedCalls++;
@@ -604,7 +654,7 @@ commResult_t commDevRunPlans(commComm* comm, commPlan** plans, int nPlans) {
     cudaStream_t st = streams[0];
     COMMCHECKGOTO(followLast(s, st, capturing), res, out);
     for (int p = 0; p < nPlans; p++) COMMCHECKGOTO(launchPlan(comm, plans[p], st, capturing), res, out);
-    COMMCHECKGOTO(markLast(s, st, capturing), res, out);
+    markLast(s, st, capturing);
     goto out;
   }
   /* The hub the plans run on: the executor's stream; inside graph capture the first caller stream (the
@@ -615,14 +665,9 @@ commResult_t commDevRunPlans(commComm* comm, commPlan** plans, int nPlans) {
     CUDACHECKGOTO(cudaEventRecord(s->joinIn, streams[i]), res, out);
     CUDACHECKGOTO(cudaStreamWaitEvent(hub, s->joinIn, 0), res, out);
   }
-  if (!capturing && s->haveLast && s->lastStream != hub)
-    CUDACHECKGOTO(cudaStreamWaitEvent(hub, s->lastDone, 0), res, out);
+  COMMCHECKGOTO(followLast(s, hub, capturing), res, out);
   for (int p = 0; p < nPlans; p++) COMMCHECKGOTO(launchPlan(comm, plans[p], hub, capturing), res, out);
-  if (!capturing) {
-    CUDACHECKGOTO(cudaEventRecord(s->lastDone, hub), res, out);
-    s->lastStream = hub;
-    s->haveLast = 1;
-  }
+  markLast(s, hub, capturing);
   CUDACHECKGOTO(cudaEventRecord(s->joinOut, hub), res, out);
   for (int i = 0; i < nStreams; i++)
     if (streams[i] != hub) CUDACHECKGOTO(cudaStreamWaitEvent(streams[i], s->joinOut, 0), res, out);
@@ -686,10 +731,12 @@ commResult_t commDevSync(commComm* comm) {
   if (s == NULL) return commSuccess;
   commCudaDevGuard g;
   COMMCHECK(commCudaDevEnter(comm->cudaDev, &g));
+  /* Every kernel launched outside graph capture ends (the executor's stream waits for their count). */
+  commResult_t res = waitLaunched(s, s->stream);
   cudaError_t e = cudaStreamSynchronize(s->stream);
-  if (e == cudaSuccess && s->haveLast) e = cudaEventSynchronize(s->lastDone);
   commCudaDevLeave(comm->cudaDev, &g);
   if (e != cudaSuccess) return commCudaFail("cudaStreamSynchronize (finalize)", e);
+  if (res != commSuccess) return res;
   return commDevPollError(comm);
 }
 
@@ -706,8 +753,8 @@ void commDevFree(commComm* comm) {
   commCudaDevGuard g;
   if (commCudaDevEnter(comm->cudaDev, &g) != commSuccess) return;
   /* Kernels end: finished, aborted (commDevAbort) or timed out. */
+  waitLaunched(s, s->stream);
   cudaStreamSynchronize(s->stream);
-  if (s->haveLast) cudaEventSynchronize(s->lastDone);
   if (s->trace)
     INFO(COMM_INIT, "rank %d: COMM_DEV_TRACE: latest kernel started at %llu ns (GPU clock), ran %.2f us, thread 0 "
          "of channel 0 waited %.2f us in %llu waits, the first ending %.2f us after the start", comm->rank,
@@ -722,7 +769,7 @@ void commDevFree(commComm* comm) {
          (s->trace[7] - s->trace[0]) / 1e3);
   if (s->trace && s->cachedCalls)
     INFO(COMM_INIT, "rank %d: COMM_DEV_TRACE: %lld calls launched a cached plan; per call %.3f us before the launch "
-         "(device, error poll, capture status, stream order), %.3f us in the launch, %.3f us after (event)",
+         "(device, error poll, capture status, stream order), %.3f us in the launch, %.3f us after",
          comm->rank, (long long)s->cachedCalls, s->cachedPreNs / 1e3 / s->cachedCalls,
          s->cachedLaunchNs / 1e3 / s->cachedCalls, s->cachedPostNs / 1e3 / s->cachedCalls);
   if (s->trace) {
@@ -757,7 +804,6 @@ void commDevFree(commComm* comm) {
   }
   cudaEventDestroy(s->joinIn);
   cudaEventDestroy(s->joinOut);
-  cudaEventDestroy(s->lastDone);
   cudaFree(s->llStaging);
   cudaStreamDestroy(s->stream);
   cudaFreeHost((void*)s->abortFlag);

@@ -714,6 +714,12 @@ done:
     __threadfence_system();
     *(volatile uint32_t*)&h->proxyBusy[ch] = 0;
   }
+  if (h->doneBlocks) {
+    /* This block's end, counted for the host's stream order (exec_dev.h). Every thread gets here (failures
+     * stop the whole block); the barrier orders all of its stores before thread 0's release. */
+    __syncthreads();
+    if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(h->doneBlocks) : "memory");
+  }
 }
 
 template <int INL>
