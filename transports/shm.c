@@ -6,7 +6,9 @@
  *   a per-process cookie that the sender checks.
  * Device connections (device buffers with COMM_P2P_DISABLE=1): the same FIFO, registered with CUDA as
  * mapped memory on each side (in one process, allocated pinned and mapped by the receiver), so the two
- * ranks' kernels fill and drain it in host memory directly, as they would a P2P FIFO; no thread moves it. */
+ * ranks' kernels fill and drain it in host memory directly, as they would a P2P FIFO; no thread moves it.
+ * Their FIFO also holds a region of LL slots after the Simple ones (zeroed, as every FIFO starts), so small
+ * device messages use LL lines here as over P2P. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -71,6 +73,10 @@ static commResult_t shmProcessCookie(uint64_t* out) {
 }
 
 static size_t shmCtrlBytes(void) { return COMM_ALIGN_UP(sizeof(commFifoCtrl), (size_t)SHM_PAGE); }
+/* The ctrl page, the slots, and for device connections the LL slots after them. */
+static size_t shmFifoBytes(int nSlots, size_t slotBytes, int onDevice) {
+  return shmCtrlBytes() + (size_t)nSlots * (slotBytes + (onDevice ? COMM_DEV_LL_SLOT_BYTES : 0));
+}
 
 /* Point conn at the FIFO; a device connection's shared mapping is registered for this side's kernels. */
 static commResult_t shmAttach(struct commComm* comm, commConn* conn, shmPriv* p) {
@@ -101,7 +107,7 @@ static commResult_t shmRecvSetup(struct commComm* comm, commConn* conn, void* in
   conn->priv = p;
   p->owner = 1;
   p->peerPid = comm->peers[conn->peer].pid;
-  p->size = shmCtrlBytes() + (size_t)comm->nSlots * comm->slotBytes;
+  p->size = shmFifoBytes(comm->nSlots, comm->slotBytes, conn->onDevice);
   shmInfo* si = (shmInfo*)info;
   memset(si, 0, sizeof(*si));
   si->pid = (int32_t)getpid();
@@ -181,7 +187,7 @@ static commResult_t shmSendConnect(struct commComm* comm, commConn* conn, const 
   shmInfo si;
   memcpy(&si, info, sizeof(si));
   si.name[SHM_NAME_MAX - 1] = '\0';
-  size_t expect = shmCtrlBytes() + (size_t)comm->nSlots * comm->slotBytes;
+  size_t expect = shmFifoBytes(comm->nSlots, comm->slotBytes, conn->onDevice);
   if (si.size != expect) {
     WARN("SHM : rank %d offers a FIFO of %llu bytes, expected %zu (different COMM_BUFFSIZE?)", conn->peer,
          (unsigned long long)si.size, expect);
@@ -310,7 +316,12 @@ static commResult_t shmDevConn(const commConn* conn, commDevConn* out) {
   out->sizes = (uint64_t*)(dev + ((char*)ctrl->sizes - host));
   out->tail = (uint64_t*)(dev + ((char*)&ctrl->tail - host));
   out->pos = (uint64_t*)(dev + ((char*)(conn->isSend ? &ctrl->devSendPos : &ctrl->devRecvPos) - host));
-  out->llSlots = NULL; /* plans with COMM_P2P_DISABLE=1 run Simple */
+  if (p->size < shmFifoBytes(conn->nSlots, conn->slotBytes, 1)) {
+    WARN("SHM : the FIFO %s rank %d on channel %d has no LL slots (%zu bytes)", conn->isSend ? "to" : "from",
+         conn->peer, conn->channel, p->size);
+    return commInternalError;
+  }
+  out->llSlots = out->slots + (size_t)conn->nSlots * conn->slotBytes;
   out->failed = NULL;  /* a dead peer: the kernel's timeout */
   out->sysScope = 1;
   return commSuccess;

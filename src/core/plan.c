@@ -89,10 +89,11 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
     choice.nChannels = want < 1 ? 1 : want > (size_t)maxCh ? maxCh : (int)want;
     /* LL for small messages, up to COMM_DEV_LL_MAX bytes. On 4 H200s LL's one-store lines beat Simple's
      * fences up to 2-4 KiB and lose from 8 KiB on, where one LL channel's bandwidth shows (docs/PERF.md,
-     * entry 10). LL lines go straight into the peer's FIFO, so only P2P connections carry them: a
-     * communicator spanning hosts, or with COMM_P2P_DISABLE=1, runs Simple (its FIFOs in host memory). */
+     * entry 10). LL lines go straight into the peer's FIFO: P2P connections and the shm FIFO in host
+     * memory (COMM_P2P_DISABLE=1) carry them. A communicator spanning hosts, or with COMM_SHM_DISABLE=1 as
+     * well, runs Simple: its network proxy moves whole slots. */
     size_t llMax = (size_t)commParamSize("COMM_DEV_LL_MAX", COMM_DEV_LL_MAX_DEFAULT, 0, 1 << 30);
-    if (comm->nNodes > 1 || comm->p2pDisable) llMax = 0;
+    if (comm->nNodes > 1 || (comm->p2pDisable && comm->shmDisable)) llMax = 0;
     choice.proto = bytes <= llMax ? commProtoLL : commProtoSimple;
     choice.chunkBytes = (size_t)comm->nSlots * comm->slotBytes;
   }

@@ -25,7 +25,7 @@ typedef struct commDevConn {
   uint64_t* sizes;    /* [nSlots] bytes in each slot */
   uint64_t* tail;     /* slots drained: written by the receiver, polled by the sender */
   uint64_t* pos;      /* this side's position */
-  char* llSlots;      /* nSlots * COMM_DEV_LL_SLOT_BYTES of LL lines, receiver's memory (P2P only) */
+  char* llSlots;      /* nSlots * COMM_DEV_LL_SLOT_BYTES of LL lines, receiver's memory (P2P, shm; net: NULL) */
   uint32_t* failed;   /* net: set by the proxy thread when the network connection failed (else NULL) */
   uint32_t sysScope;  /* the peer is another GPU (or the host): fences at system scope, else GPU scope */
   uint32_t pad;
