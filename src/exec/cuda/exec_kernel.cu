@@ -727,12 +727,9 @@ cudaError_t launchWith(const commDevArgs* a, size_t inlineBytes, int threads, cu
   KernelArgs<INL> k;
   k.hdr = a->hdr;
   memcpy(k.inl.bytes, a->inl.bytes, inlineBytes);
-  if (!a->hdr.earlyLaunch) {
-    execKernel<INL><<<a->hdr.nChannels, threads, a->hdr.smemPlanBytes, stream>>>(k);
-    return cudaGetLastError();
-  }
-  /* A one-channel kernel may launch while the stream's previous kernel still runs (it waits in its
-   * prologue, griddepcontrol.wait); captured in a graph, this is a programmatic edge. */
+  /* One launch path (cudaLaunchKernelEx: no dearer than <<<>>>, PERF.md entry 16). With early launch, a
+   * one-channel kernel may launch while the stream's previous kernel still runs (it waits in its prologue,
+   * griddepcontrol.wait); captured in a graph, this is a programmatic edge. */
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)a->hdr.nChannels);
   cfg.blockDim = dim3((unsigned)threads);
@@ -742,7 +739,7 @@ cudaError_t launchWith(const commDevArgs* a, size_t inlineBytes, int threads, cu
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
-  cfg.numAttrs = a->hdr.nChannels == 1 ? 1 : 0;
+  cfg.numAttrs = a->hdr.earlyLaunch && a->hdr.nChannels == 1 ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, execKernel<INL>, k);
 }
 
