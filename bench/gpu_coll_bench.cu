@@ -7,8 +7,8 @@
  *    timing): time per call, against the empty kernel; the host time inside commAllReduce, against a
  *    launch call, both timed in bursts of BURST calls with a synchronize between bursts (so that neither
  *    waits for room in a full launch queue), also with the ranks taking turns (no two threads in the
- *    driver at once) and against two threads launching empty kernels at once; and the same calls captured
- *    in a CUDA graph (per call);
+ *    driver at once), against two threads launching empty kernels at once, and with one rank (one thread,
+ *    as the baseline); and the same calls captured in a CUDA graph (per call);
  *  - allreduce of `bytes` (default 1 GiB) with k ranks (default 8) and with 2 ranks on the one GPU, Ring
  *    (COMM_ALGO=ring unless set; the 8-byte calls use the tuner's choice): device memory traffic against the copy rate. A ring allreduce over n
  *    ranks reads and writes (6n - 4) x bytes in all (per chunk of bytes/n, each rank: send 2, n-2
@@ -305,6 +305,12 @@ int main(int argc, char** argv) {
          "2-thread launch\n", hus, hus / hostUs, hus / twoHostUs);
   printf("  the same, ranks taking turns       %8.2f us = %.2fx a launch call (no other thread launching)\n",
          aloneHostUs, aloneHostUs / hostUs);
+  /* One rank: the same call path (a cached plan, one launch of the executor's kernel: a copy) from one
+   * thread, as the baseline's launch call is timed. */
+  double us1, hus1;
+  runRanks(1, 8, 0, &us1, &hus1);
+  printf("host time in commAllReduce, 1 rank  %8.2f us = %.2fx a launch call (one thread, as the baseline)\n",
+         hus1, hus1 / hostUs);
   runRanks(2, 8, 1, &us, &hus);
   printf("allreduce 8 B, 2 ranks, CUDA graph   %8.2f us per call (target <= 5 us)\n", us);
   /* The same calls with every call joined through the communicator's own stream (two events each way). */
