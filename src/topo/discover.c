@@ -47,7 +47,7 @@
  *    a bus id, bw = speed / 8000 GB/s.
  *  - speed unreadable or negative: 10000 Mb/s with one WARN.
  * A NIC with a PCI function stands for that function: its parent is the function's parent, its bw the
- * function's link. */
+ * function's link. The NICs' part is in discover_nic.c, the GPUs' in discover_gpu.c. */
 #include "topo.h"
 
 #include <dirent.h>
@@ -66,13 +66,12 @@
 #include "discover_internal.h"
 
 #define DEFAULT_PCI_BW 12.0      /* PCIe gen3 x16 */
-#define DEFAULT_NET_MBPS 10000
 
 /* ---- sysfs helpers ---- */
 
 /* Reads a small file into buf (NUL-terminated, trailing whitespace removed). Returns its length, -1 if
  * unreadable. */
-static int readText(const char* path, char* buf, size_t len) {
+int discReadText(const char* path, char* buf, size_t len) {
   FILE* f = fopen(path, "r");
   if (f == NULL) return -1;
   size_t n = fread(buf, 1, len - 1, f);
@@ -84,7 +83,7 @@ static int readText(const char* path, char* buf, size_t len) {
   return (int)n;
 }
 
-static int pathExists(const char* path) { return access(path, F_OK) == 0; }
+int discPathExists(const char* path) { return access(path, F_OK) == 0; }
 
 /* Copies src into dst[len], truncated. */
 void discCopyStr(char* dst, size_t len, const char* src) {
@@ -107,7 +106,7 @@ int discBusIdNormalize(const char* in, char out[COMM_TOPO_BUSID_MAX]) {
 }
 
 /* Name order: digit runs compare as numbers (mlx5_2 < mlx5_10), ties broken by plain order. */
-static int natCmp(const char* a, const char* b) {
+int discNatCmp(const char* a, const char* b) {
   const char *x = a, *y = b;
   while (*x && *y) {
     if (*x >= '0' && *x <= '9' && *y >= '0' && *y <= '9') {
@@ -131,14 +130,14 @@ static int natCmp(const char* a, const char* b) {
   return strcmp(a, b);
 }
 
-/* The entries of a directory (without "." and ".."), sorted by natCmp. Returns the count (0 when the
- * directory cannot be read); *names is NULL or an array to free with freeNames. */
-static int cmpNamePtr(const void* a, const void* b) { return natCmp(*(char* const*)a, *(char* const*)b); }
-static void freeNames(char** names, int n) {
+/* The entries of a directory (without "." and ".."), sorted by discNatCmp. Returns the count (0 when the
+ * directory cannot be read); *names is NULL or an array to free with discFreeNames. */
+static int cmpNamePtr(const void* a, const void* b) { return discNatCmp(*(char* const*)a, *(char* const*)b); }
+void discFreeNames(char** names, int n) {
   for (int i = 0; i < n; i++) free(names[i]);
   free(names);
 }
-static commResult_t listDir(const char* path, char*** names, int* count) {
+commResult_t discListDir(const char* path, char*** names, int* count) {
   *names = NULL;
   *count = 0;
   DIR* d = opendir(path);
@@ -169,7 +168,7 @@ static commResult_t listDir(const char* path, char*** names, int* count) {
   return commSuccess;
 fail:
   closedir(d);
-  freeNames(arr, n);
+  discFreeNames(arr, n);
   return res;
 }
 
@@ -202,14 +201,14 @@ static int pciGen(double gts) {
 }
 
 /* Bandwidth, generation and width of the upstream link of PCI function busId. */
-static void pciLink(discState* st, const char* busId, double hwlocSpeed, double* bw, int* gen, int* width) {
+void discPciLink(discState* st, const char* busId, double hwlocSpeed, double* bw, int* gen, int* width) {
   char path[128], buf[64];
   double gts = 0;
   *gen = *width = 0;
   snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/current_link_speed", busId);
-  if (readText(path, buf, sizeof(buf)) > 0) gts = strtod(buf, NULL);
+  if (discReadText(path, buf, sizeof(buf)) > 0) gts = strtod(buf, NULL);
   snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/current_link_width", busId);
-  if (gts > 0 && readText(path, buf, sizeof(buf)) > 0) *width = atoi(buf);
+  if (gts > 0 && discReadText(path, buf, sizeof(buf)) > 0) *width = atoi(buf);
   if (gts > 0 && *width > 0) {
     *gen = pciGen(gts);
   } else {
@@ -415,7 +414,7 @@ static commResult_t pciDevice(discState* st, hwloc_obj_t obj, int parent) {
     COMMCHECK(discDevPush(&st->gpus, &g));
     g->parent = parent;
     discCopyStr(g->busId, sizeof(g->busId), busId);
-    pciLink(st, busId, a->linkspeed, &g->bw, &g->gen, &g->width);
+    discPciLink(st, busId, a->linkspeed, &g->bw, &g->gen, &g->width);
     const char* model = hwloc_obj_get_info_by_name(obj, "PCIDevice");
     if (model)
       discCopyStr(g->name, sizeof(g->name), model);
@@ -426,7 +425,7 @@ static commResult_t pciDevice(discState* st, hwloc_obj_t obj, int parent) {
   for (hwloc_obj_t c = obj->io_first_child; c; c = c->next_sibling) {
     if (!isNicOsdev(c)) continue;
     if (!haveLink) {
-      pciLink(st, busId, a->linkspeed, &bw, &gen, &width);
+      discPciLink(st, busId, a->linkspeed, &bw, &gen, &width);
       haveLink = 1;
     }
     discDev* d;
@@ -442,7 +441,7 @@ static commResult_t pciDevice(discState* st, hwloc_obj_t obj, int parent) {
   /* The netdev of the function's RDMA devices, for when sysfs does not say (first in name order). */
   const char* net = NULL;
   for (hwloc_obj_t c = obj->io_first_child; c; c = c->next_sibling)
-    if (isNicOsdev(c) && c->attr->osdev.type == HWLOC_OBJ_OSDEV_NETWORK && (net == NULL || natCmp(c->name, net) < 0))
+    if (isNicOsdev(c) && c->attr->osdev.type == HWLOC_OBJ_OSDEV_NETWORK && (net == NULL || discNatCmp(c->name, net) < 0))
       net = c->name;
   for (int i = 0; net && i < st->nics.n; i++)
     if (st->nics.a[i].rdma && strcmp(st->nics.a[i].busId, busId) == 0)
@@ -484,7 +483,7 @@ static commResult_t walkIo(discState* st, hwloc_obj_t obj, int parent, int role)
     nd->u.pci.kind = kind;
     double bw;
     int gen, width;
-    pciLink(st, nd->busId, up->linkspeed, &bw, &gen, &width);
+    discPciLink(st, nd->busId, up->linkspeed, &bw, &gen, &width);
     nd = commTopoNodeAt(st->topo, node);
     nd->bw = bw;
     nd->u.pci.gen = gen;
@@ -501,198 +500,6 @@ static commResult_t walkNormal(discState* st, hwloc_obj_t obj) {
     for (hwloc_obj_t c = obj->io_first_child; c; c = c->next_sibling) COMMCHECK(walkIo(st, c, cpu, ROLE_ROOT));
   }
   for (hwloc_obj_t c = obj->first_child; c; c = c->next_sibling) COMMCHECK(walkNormal(st, c));
-  return commSuccess;
-}
-
-/* ---- NICs ---- */
-
-static int kernelAtLeast(int major, int minor) {
-  struct utsname u;
-  int ma = 0, mi = 0;
-  if (uname(&u) != 0 || sscanf(u.release, "%d.%d", &ma, &mi) != 2) return 0;
-  return ma > major || (ma == major && mi >= minor);
-}
-
-static int gdrPossible(const discState* st) {
-  if (pathExists("/sys/kernel/mm/memory_peers/nv_mem/version") || pathExists("/sys/module/nvidia_peermem")) return 1;
-  return st->cudaGpus > 0 && kernelAtLeast(5, 12); /* dma-buf */
-}
-
-/* The speed (Mb/s) of "400 Gb/sec (4X NDR)", 0 if unreadable. */
-static int rateMbps(const char* s) {
-  char* end;
-  double v = strtod(s, &end);
-  if (end == s || v <= 0) return 0;
-  while (*end == ' ') end++;
-  if (strncmp(end, "Mb", 2) == 0) return (int)v;
-  return (int)(v * 1000.0 + 0.5);
-}
-
-/* Port, link layer, speed, netdev and guid of RDMA device d->name. */
-static commResult_t rdmaInfo(discState* st, const discDev* d, commTopoNode* nd, int gdr) {
-  char path[256], buf[128];
-  char** ports = NULL;
-  int nPorts = 0, port = 0;
-  snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports", d->name);
-  COMMCHECK(listDir(path, &ports, &nPorts));
-  for (int i = 0; i < nPorts && port == 0; i++) {
-    snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%s/state", d->name, ports[i]);
-    if (readText(path, buf, sizeof(buf)) > 0 && strstr(buf, "ACTIVE")) port = atoi(ports[i]);
-  }
-  if (port <= 0) port = nPorts > 0 && atoi(ports[0]) > 0 ? atoi(ports[0]) : 1;
-  freeNames(ports, nPorts);
-  nd->u.nic.port = port;
-  nd->u.nic.link = COMM_NIC_IB;
-  snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%d/link_layer", d->name, port);
-  if (readText(path, buf, sizeof(buf)) > 0 && strcmp(buf, "Ethernet") == 0) nd->u.nic.link = COMM_NIC_ROCE;
-  snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%d/rate", d->name, port);
-  int speed = readText(path, buf, sizeof(buf)) > 0 ? rateMbps(buf) : 0;
-  if (speed <= 0) {
-    speed = DEFAULT_NET_MBPS;
-    st->nNetDefault++;
-  }
-  nd->u.nic.speedMbps = speed;
-  char** nets = NULL;
-  int nNets = 0;
-  snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device/net", d->name);
-  COMMCHECK(listDir(path, &nets, &nNets));
-  discCopyStr(nd->u.nic.netdev, sizeof(nd->u.nic.netdev), nNets > 0 ? nets[0] : d->netdev);
-  freeNames(nets, nNets);
-  snprintf(path, sizeof(path), "/sys/class/infiniband/%s/node_guid", d->name);
-  unsigned g0, g1, g2, g3;
-  if (readText(path, buf, sizeof(buf)) > 0 && sscanf(buf, "%x:%x:%x:%x", &g0, &g1, &g2, &g3) == 4)
-    nd->u.nic.guid = ((uint64_t)g0 << 48) | ((uint64_t)g1 << 32) | ((uint64_t)g2 << 16) | g3;
-  nd->u.nic.gdr = d->busId[0] ? gdr : 0;
-  return commSuccess;
-}
-
-static int netdevMbps(discState* st, const char* name) {
-  char path[256], buf[64];
-  snprintf(path, sizeof(path), "/sys/class/net/%s/speed", name);
-  int speed = readText(path, buf, sizeof(buf)) > 0 ? atoi(buf) : -1;
-  if (speed <= 0) {
-    st->nNetDefault++;
-    speed = DEFAULT_NET_MBPS;
-  }
-  return speed;
-}
-
-/* RDMA devices from /sys/class/infiniband that hwloc did not show (soft RDMA, no hwloc I/O): below CPU 0, on
- * their PCI function's link when they have one. */
-static commResult_t sweepRdma(discState* st) {
-  char** names = NULL;
-  int n = 0;
-  commResult_t res = commSuccess;
-  COMMCHECK(listDir("/sys/class/infiniband", &names, &n));
-  for (int i = 0; i < n; i++) {
-    int known = 0;
-    for (int j = 0; j < st->nics.n && !known; j++)
-      known = st->nics.a[j].rdma && strcmp(st->nics.a[j].name, names[i]) == 0;
-    if (known || strlen(names[i]) >= COMM_TOPO_NAME_MAX) continue;
-    discDev* d;
-    COMMCHECKGOTO(discDevPush(&st->nics, &d), res, exit);
-    d->parent = st->cpuNode[0];
-    d->rdma = 1;
-    discCopyStr(d->name, sizeof(d->name), names[i]);
-    char path[256], real[4096];
-    snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device", names[i]);
-    if (realpath(path, real)) {
-      const char* base = strrchr(real, '/');
-      if (base && discBusIdNormalize(base + 1, d->busId) == 0 && strstr(real, "/pci") != NULL)
-        pciLink(st, d->busId, 0, &d->bw, &d->gen, &d->width);
-      else
-        d->busId[0] = '\0';
-    }
-  }
-exit:
-  freeNames(names, n);
-  return res;
-}
-
-/* Whether netdev n belongs to one of the RDMA devices: on the same PCI function, or listed in its device/net/
- * (all of its ports). */
-static int isRdmaNetdev(const discState* st, const discDev* n) {
-  char path[256];
-  for (int i = 0; i < st->nics.n; i++) {
-    const discDev* r = &st->nics.a[i];
-    if (!r->rdma) continue;
-    if (n->busId[0] && strcmp(r->busId, n->busId) == 0) return 1;
-    snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device/net/%s", r->name, n->name);
-    if (pathExists(path)) return 1;
-  }
-  return 0;
-}
-
-/* Netdevs hwloc did not place below a PCI function: up, not loopback, not a bridge or a container bridge. */
-static commResult_t sweepNetdevs(discState* st) {
-  char** names = NULL;
-  int n = 0;
-  commResult_t res = commSuccess;
-  COMMCHECK(listDir("/sys/class/net", &names, &n));
-  for (int i = 0; i < n; i++) {
-    const char* nm = names[i];
-    char path[256], buf[64];
-    if (strcmp(nm, "lo") == 0 || strncmp(nm, "docker", 6) == 0 || strncmp(nm, "virbr", 5) == 0 ||
-        strncmp(nm, "ifb", 3) == 0 || strlen(nm) >= COMM_TOPO_NAME_MAX)
-      continue;
-    int known = 0;
-    for (int j = 0; j < st->nics.n && !known; j++) known = !st->nics.a[j].rdma && strcmp(st->nics.a[j].name, nm) == 0;
-    if (known) continue;
-    snprintf(path, sizeof(path), "/sys/class/net/%s/bridge", nm);
-    if (pathExists(path)) continue;
-    snprintf(path, sizeof(path), "/sys/class/net/%s/brport", nm); /* a bridge's port: the host end of a veth */
-    if (pathExists(path)) continue;
-    snprintf(path, sizeof(path), "/sys/class/net/%s/operstate", nm);
-    if (readText(path, buf, sizeof(buf)) <= 0 || (strcmp(buf, "up") != 0 && strcmp(buf, "unknown") != 0)) continue;
-    discDev* d;
-    COMMCHECKGOTO(discDevPush(&st->nics, &d), res, exit);
-    d->parent = st->cpuNode[0];
-    discCopyStr(d->name, sizeof(d->name), nm);
-  }
-exit:
-  freeNames(names, n);
-  return res;
-}
-
-static int cmpNic(const void* a, const void* b) {
-  const discDev *x = a, *y = b;
-  if (x->rdma != y->rdma) return x->rdma ? -1 : 1;
-  int c = natCmp(x->name, y->name);
-  return c ? c : strcmp(x->busId, y->busId);
-}
-
-static commResult_t addNics(discState* st) {
-  COMMCHECK(sweepRdma(st));
-  if (st->nics.n > 1) qsort(st->nics.a, (size_t)st->nics.n, sizeof(discDev), cmpNic);
-  int gdr = gdrPossible(st);
-  /* RDMA devices first (they come first in the order). */
-  int nRdma = 0;
-  for (; nRdma < st->nics.n && st->nics.a[nRdma].rdma; nRdma++) {
-    const discDev* d = &st->nics.a[nRdma];
-    int node;
-    COMMCHECK(commTopoAddNode(st->topo, st->host, COMM_TOPO_NIC, d->parent, &node));
-    commTopoNode* nd = commTopoNodeAt(st->topo, node);
-    discCopyStr(nd->name, sizeof(nd->name), d->name);
-    discCopyStr(nd->busId, sizeof(nd->busId), d->busId);
-    COMMCHECK(rdmaInfo(st, d, nd, gdr));
-    nd->bw = d->busId[0] ? d->bw : nd->u.nic.speedMbps / 8000.0;
-  }
-  /* Netdevs: those of the PCI tree that are not an RDMA device's, and the others, in one order. */
-  COMMCHECK(sweepNetdevs(st));
-  if (st->nics.n - nRdma > 1) qsort(st->nics.a + nRdma, (size_t)(st->nics.n - nRdma), sizeof(discDev), cmpNic);
-  for (int i = nRdma; i < st->nics.n; i++) {
-    const discDev* d = &st->nics.a[i];
-    if (isRdmaNetdev(st, d)) continue;
-    int node;
-    COMMCHECK(commTopoAddNode(st->topo, st->host, COMM_TOPO_NIC, d->parent, &node));
-    commTopoNode* nd = commTopoNodeAt(st->topo, node);
-    discCopyStr(nd->name, sizeof(nd->name), d->name);
-    discCopyStr(nd->busId, sizeof(nd->busId), d->busId);
-    discCopyStr(nd->u.nic.netdev, sizeof(nd->u.nic.netdev), d->name);
-    nd->u.nic.link = COMM_NIC_ETH;
-    nd->u.nic.speedMbps = netdevMbps(st, d->name);
-    nd->bw = d->busId[0] ? d->bw : nd->u.nic.speedMbps / 8000.0;
-  }
   return commSuccess;
 }
 
@@ -755,7 +562,7 @@ commResult_t commTopoDiscover(commTopo** out) {
          st.nCudaOnly, DEFAULT_CUDA_GPU_BW);
   COMMCHECKGOTO(commCalloc(&gpuNode, (size_t)st.gpus.n + 1, sizeof(int)), res, fail);
   COMMCHECKGOTO(discAddGpus(&st, gpuNode), res, fail);
-  COMMCHECKGOTO(addNics(&st), res, fail);
+  COMMCHECKGOTO(discAddNics(&st), res, fail);
   COMMCHECKGOTO(discNvlinks(&st, gpuNode), res, fail);
 
   if (st.nPciDefault)

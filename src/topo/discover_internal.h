@@ -47,6 +47,20 @@ void discCopyStr(char* dst, size_t len, const char* src);
 int discBusIdNormalize(const char* in, char out[COMM_TOPO_BUSID_MAX]);
 void discHwBusId(unsigned dom, unsigned bus, unsigned dev, unsigned fn, char out[COMM_TOPO_BUSID_MAX]);
 
+/* discover.c: sysfs and PCI helpers */
+#define DEFAULT_NET_MBPS 10000 /* a NIC whose speed cannot be read */
+int discReadText(const char* path, char* buf, size_t len); /* a small file, trailing whitespace cut: its length, -1 */
+int discPathExists(const char* path);
+/* The entries of a directory, sorted by discNatCmp (digits compared as numbers); discFreeNames after. */
+commResult_t discListDir(const char* path, char*** names, int* count);
+void discFreeNames(char** names, int n);
+int discNatCmp(const char* a, const char* b);
+/* A PCI function's link: bandwidth (GB/s), generation and width, from hwloc's speed or sysfs. */
+void discPciLink(discState* st, const char* busId, double hwlocSpeed, double* bw, int* gen, int* width);
+
+/* discover_nic.c */
+commResult_t discAddNics(discState* st);
+
 /* discover_gpu.c */
 void discLoadGpuLibs(void); /* NVML once; the CUDA driver when the process has loaded it */
 commResult_t discCudaGpus(discState* st, int hwlocGpus);
