@@ -221,7 +221,7 @@ commResult_t netDevRegMr(commConn* conn, netPriv* p, void* netComm) {
     WARN("NET : device connection %s rank %d on channel %d: GPUDirect RDMA is off: %s could not register GPU %d "
          "memory (%s); its slots move to pinned host memory", conn->isSend ? "to" : "from", conn->peer,
          conn->channel, p->net->name, p->cudaDev, commGetErrorString(res));
-    commDevMemFree(p->cudaDev, p->slotMem);
+    p->slotMemRefused = p->slotMem; /* freed at close (see net_internal.h) */
     p->slotMem = p->slotMemDev = NULL;
     p->slotsOnDevice = 0;
     COMMCHECK(commDevHostAlloc(p->cudaDev, bytes, &p->slotMem, &p->slotMemDev));
@@ -251,6 +251,8 @@ commResult_t netDevFlush(commConn* conn, netPriv* p, int i, size_t size) {
 }
 
 void netDevFreeMem(netPriv* p) {
+  if (p->slotMemRefused) commDevMemFree(p->cudaDev, p->slotMemRefused);
+  p->slotMemRefused = NULL;
   if (p->slotsOnDevice) commDevMemFree(p->cudaDev, p->slotMem);
   else commDevHostFree(p->cudaDev, p->slotMem);
   commDevHostFree(p->cudaDev, p->mem);

@@ -53,6 +53,8 @@ typedef struct {
   void* slotMem;   /* onDevice: the slots, in device memory (slotsOnDevice) or in mapped, pinned host memory */
   void* slotMemDev; /* onDevice: the slots as the kernel addresses them */
   int slotsOnDevice; /* GPUDirect RDMA: the plugin reads and writes the slots in GPU memory */
+  void* slotMemRefused; /* device slots the plugin would not register: freed at close, not at once (a
+                         * cudaFree waits for every kernel on the GPU, and a peer's may be waiting for us) */
   int onDevice;    /* a device-buffer connection: moved by the device proxy thread only */
   int cudaDev;
   void* reqs[COMM_NSLOTS];

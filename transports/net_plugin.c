@@ -154,12 +154,19 @@ static const commNet_t* netIb; /* the IB table, once usable */
 
 /* COMM_IB_FAKE=...:gdr: the fake takes device memory as a dma-buf registration (the CUDA side claims a
  * dma-buf for any device pointer; the fake registers its address and moves data with CUDA copies), so the
- * GPUDirect RDMA data path runs end to end on a machine with a GPU and no NIC. */
+ * GPUDirect RDMA data path runs end to end on a machine with a GPU and no NIC. :gdrfail claims the same
+ * support but every export of a dma-buf fails, so registrations of device memory are refused: the path
+ * that falls back to host memory with a WARN. */
 static int fakeGdrDmabufSupported(int dev) { return dev >= 0; }
 static int fakeGdrDmabufFd(uintptr_t start, size_t size, int* fd) {
   (void)start, (void)size;
   *fd = open("/dev/null", O_RDONLY | O_CLOEXEC); /* the fake checks only fd >= 0; the caller closes it */
   return *fd >= 0 ? 0 : -1;
+}
+static int fakeGdrDmabufFdRefused(uintptr_t start, size_t size, int* fd) {
+  (void)start, (void)size;
+  *fd = -1;
+  return -1;
 }
 static ibGdrOps fakeGdrOps;
 
@@ -167,18 +174,19 @@ static const commIbVerbs* netIbFakeVerbs(const char* spec, char* why, size_t why
   char* end = NULL;
   long n = strtol(spec, &end, 10);
   uint8_t linkLayer = IBV_LINK_LAYER_INFINIBAND;
-  int gdr = 0, bad = end == spec;
-  while (!bad && end && *end == ':') { /* :ib, :roce, :gdr */
+  int gdr = 0, bad = end == spec; /* gdr: 1 :gdr, 2 :gdrfail */
+  while (!bad && end && *end == ':') { /* :ib, :roce, :gdr, :gdrfail */
     const char* word = end + 1;
     size_t len = strcspn(word, ":");
     if (len == 2 && strncasecmp(word, "ib", 2) == 0) linkLayer = IBV_LINK_LAYER_INFINIBAND;
     else if (len == 4 && strncasecmp(word, "roce", 4) == 0) linkLayer = IBV_LINK_LAYER_ETHERNET;
     else if (len == 3 && strncasecmp(word, "gdr", 3) == 0) gdr = 1;
+    else if (len == 7 && strncasecmp(word, "gdrfail", 7) == 0) gdr = 2;
     else bad = 1;
     end = (char*)word + len;
   }
   if (bad || end == NULL || *end != '\0' || n < 1 || n > COMM_IB_FAKE_MAX_DEVS) {
-    snprintf(why, whyLen, "COMM_IB_FAKE=%s is not <n>[:ib|:roce][:gdr] with n in 1..%d", spec,
+    snprintf(why, whyLen, "COMM_IB_FAKE=%s is not <n>[:ib|:roce][:gdr|:gdrfail] with n in 1..%d", spec,
              COMM_IB_FAKE_MAX_DEVS);
     return NULL;
   }
@@ -200,7 +208,7 @@ static const commIbVerbs* netIbFakeVerbs(const char* spec, char* why, size_t why
     commIbFakeSetOptions(&opt);
     fakeGdrOps = *ibGdrDriverOps();
     fakeGdrOps.dmabufSupported = fakeGdrDmabufSupported;
-    fakeGdrOps.dmabufFd = fakeGdrDmabufFd;
+    fakeGdrOps.dmabufFd = gdr == 2 ? fakeGdrDmabufFdRefused : fakeGdrDmabufFd;
     ibGdrSetOps(&fakeGdrOps);
   }
   snprintf(netIbHow, sizeof(netIbHow), "fake verbs (COMM_IB_FAKE=%s, tests only)", spec);

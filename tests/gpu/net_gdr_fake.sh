@@ -7,6 +7,8 @@
 #     registered as CUDA memory ("GPUDirect RDMA, ... of slots in GPU"), and no "GPUDirect RDMA is off" WARN;
 #  2. IB over the fake without GPUDirect RDMA: whatever the driver offers, the data path must work (slots in
 #     host memory, with the WARN when registration of GPU memory was tried and refused);
+#  2b. IB over the fake claiming GPUDirect RDMA but refusing every registration of GPU memory
+#     (COMM_IB_FAKE=2:ib:gdrfail): the "GPUDirect RDMA is off" WARN, slots in host memory, and a pass;
 #  3. Socket: slots in pinned host memory ("the network plugin cannot reach GPU memory");
 #  4. an NCCL network plugin through the adapter (tests/plugins/nccl_net_example.c, TCP, host memory only), when
 #     BUILD_DIR/tests/libnccl-net-example.so exists: slots in pinned host memory, the plugin loaded.
@@ -44,6 +46,10 @@ run() {
 run ib-gdr "GPUDirect RDMA, [0-9]+ bytes of slots in GPU" "GPUDirect RDMA is off" COMM_NET=IB COMM_IB_FAKE=2:ib:gdr \
   CUDA_DEVICE_MAX_CONNECTIONS=32
 run ib-nogdr "" "" COMM_NET=IB COMM_IB_FAKE=2:ib
+# The plugin claims GPU memory but refuses every registration of it (:gdrfail): each side WARNs that
+# GPUDirect RDMA is off and keeps its slots in pinned host memory, and everything still passes.
+run ib-gdr-refused "GPUDirect RDMA is off: IB could not register GPU" "GPUDirect RDMA, [0-9]+ bytes of slots in GPU" \
+  COMM_NET=IB COMM_IB_FAKE=2:ib:gdrfail
 run socket "slots in pinned host memory \(the network plugin cannot reach GPU memory\)" "GPUDirect RDMA, " COMM_NET=Socket
 plugin=$1/tests/libnccl-net-example.so
 if [[ -f $plugin ]]; then
