@@ -76,6 +76,30 @@ typedef struct {
 static commUniqueId uid;
 static pthread_barrier_t barrier;
 
+/* Host time per commAllReduce over n / BURST bursts, each followed by a synchronize outside the timing.
+ * takeTurns: each rank's burst runs while the others wait at the barrier (its kernels queue up on the GPU
+ * until the peers' arrive), so no other thread of the process is inside the CUDA driver during the timed
+ * calls; the difference to the plain bursts is the cost of launching from two threads into one context at
+ * once. */
+static double hostBurstUs(const rankArgs* a, comm_t comm, cudaStream_t s, float* buf, float* out, size_t count,
+                          int n, int takeTurns) {
+  double host = 0;
+  const int turns = takeTurns ? a->nRanks : 1;
+  for (int b = 0; b < n / BURST; b++) {
+    for (int turn = 0; turn < turns; turn++) {
+      if (takeTurns) pthread_barrier_wait(&barrier);
+      if (takeTurns && turn != a->rank) continue;
+      for (int i = 0; i < BURST; i++) {
+        double h0 = nowUs();
+        CC(commAllReduce(buf, out, count, commFloat32, commSum, comm, s));
+        host += nowUs() - h0;
+      }
+    }
+    CK(cudaStreamSynchronize(s));
+  }
+  return host / (n / BURST * BURST);
+}
+
 static void* rankMain(void* p) {
   rankArgs* a = (rankArgs*)p;
   CK(cudaSetDevice(0));
@@ -126,35 +150,9 @@ static void* rankMain(void* p) {
     int done = a->mode == 1 ? n / perGraph * perGraph : n;
     a->usPerCall[r] = us / done;
     a->hostUsPerCall[r] = host / done;
-    if (a->mode == 0) { /* host time again, in bursts the launch queue holds (see hostBurstUs) */
-      host = 0;
-      for (int b = 0; b < n / BURST; b++) {
-        for (int i = 0; i < BURST; i++) {
-          double h0 = nowUs();
-          CC(commAllReduce(buf, out, count, commFloat32, commSum, comm, s));
-          host += nowUs() - h0;
-        }
-        CK(cudaStreamSynchronize(s));
-      }
-      a->hostUsPerCall[r] = host / (n / BURST * BURST);
-      /* And with the ranks taking turns: each burst of one rank runs while the others wait at the barrier
-       * (its kernels queue up on the GPU until the peers' arrive), so no other thread of the process is
-       * inside the CUDA driver during the timed calls. The difference to the burst above is the cost of
-       * launching from two threads into one context at once. */
-      host = 0;
-      for (int b = 0; b < n / BURST; b++) {
-        for (int turn = 0; turn < a->nRanks; turn++) {
-          pthread_barrier_wait(&barrier);
-          if (turn != a->rank) continue;
-          for (int i = 0; i < BURST; i++) {
-            double h0 = nowUs();
-            CC(commAllReduce(buf, out, count, commFloat32, commSum, comm, s));
-            host += nowUs() - h0;
-          }
-        }
-        CK(cudaStreamSynchronize(s));
-      }
-      a->aloneHostUsPerCall[r] = host / (n / BURST * BURST);
+    if (a->mode == 0) { /* host time again, in bursts the launch queue holds, alone and taking turns */
+      a->hostUsPerCall[r] = hostBurstUs(a, comm, s, buf, out, count, n, 0);
+      a->aloneHostUsPerCall[r] = hostBurstUs(a, comm, s, buf, out, count, n, 1);
     }
   }
   if (ge) CK(cudaGraphExecDestroy(ge));
