@@ -97,7 +97,7 @@
 #include <string.h>
 #include "check.h"
 #include "debug.h"
-#include "schedule.h"
+#include "algorithms.h"
 #include "utils.h"
 
 /* ---------------------------------------------------------------------------------------------------- */

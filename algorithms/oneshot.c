@@ -16,7 +16,7 @@
 
 #include "check.h"
 #include "debug.h"
-#include "schedule.h"
+#include "algorithms.h"
 
 static commStep step(commPrim_t prim, int flags, uint32_t srcBuf, size_t srcOff, uint32_t dstBuf, size_t dstOff,
                      size_t count) {

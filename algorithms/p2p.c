@@ -6,7 +6,7 @@
 #include <string.h>
 #include "check.h"
 #include "debug.h"
-#include "schedule.h"
+#include "algorithms.h"
 #include "utils.h"
 
 static void initStep(commStep* st, commPrim_t prim) {
@@ -74,21 +74,9 @@ fail:
   return res;
 }
 
-/* Grouped send/recv of one rank, channel 0 only:
- *  - self operations first: the i-th send to self is copied into the i-th recv from self (counts must match);
- *  - then for k = 1..n-1, max(#sends to r+k, #recvs from r-k) SEND_RECV steps, the j-th pairing the j-th
- *    send to r+k with the j-th recv from r-k (a missing side has peer -1 and count 0).
- * Buffers are the operations' buffer indices at offset 0. */
-commResult_t commP2pBuild(int rank, int nRanks, const commP2pOp* ops, int nOps, commSchedule* out) {
-  if (out == NULL || nRanks < 1 || rank < 0 || rank >= nRanks || nOps < 0 || (nOps > 0 && ops == NULL)) {
-    WARN("commP2pBuild: bad arguments rank %d nRanks %d nOps %d", rank, nRanks, nOps);
-    return commInvalidArgument;
-  }
-  commResult_t res = commSuccess;
-  int* order = NULL; /* op indices sorted by (k, kind), stable */
-  int* start = NULL; /* bucket starts, 2*nRanks+1 */
-  int* fill = NULL;
-  uint32_t maxBuf = 1;
+/* Peers and buffers in range; *maxBuf gets the highest buffer index used (at least 1). */
+static commResult_t p2pCheckOps(int rank, int nRanks, const commP2pOp* ops, int nOps, uint32_t* maxBuf) {
+  *maxBuf = 1;
   for (int i = 0; i < nOps; i++) {
     if (ops[i].peer < 0 || ops[i].peer >= nRanks) {
       WARN("commP2pBuild: rank %d op %d has peer %d out of range (nRanks %d)", rank, i, ops[i].peer, nRanks);
@@ -99,51 +87,57 @@ commResult_t commP2pBuild(int rank, int nRanks, const commP2pOp* ops, int nOps, 
            COMM_MAX_SCHED_BUFS - 1);
       return commInvalidArgument;
     }
-    if (ops[i].buf > maxBuf) maxBuf = ops[i].buf;
+    if (ops[i].buf > *maxBuf) *maxBuf = ops[i].buf;
   }
-  COMMCHECK(commSchedInit(out, 1));
-  out->nBufs = (int)maxBuf + 1;
-  if (nOps == 0) return commSuccess;
-  /* Bucket b = 2*k + (isSend ? 0 : 1), k = distance to the peer in the op's direction. */
+  return commSuccess;
+}
+
+/* Bucket of an op: 2*k + (isSend ? 0 : 1), k = the distance to its peer in the op's direction. */
+static int p2pBucket(int rank, int nRanks, const commP2pOp* op) {
+  int k = op->isSend ? (op->peer - rank + nRanks) % nRanks : (rank - op->peer + nRanks) % nRanks;
+  return 2 * k + (op->isSend ? 0 : 1);
+}
+
+/* order[start[b] ..] gets the indices of bucket b's ops in their order (a stable counting sort); start has
+ * 2*nRanks+1 entries, fill 2*nRanks (zeroed). */
+static void p2pSortOps(int rank, int nRanks, const commP2pOp* ops, int nOps, int* order, int* start, int* fill) {
   size_t nb = 2 * (size_t)nRanks;
-  COMMCHECKGOTO(commCalloc(&order, (size_t)nOps, sizeof(int)), res, fail);
-  COMMCHECKGOTO(commCalloc(&start, nb + 1, sizeof(int)), res, fail);
-  COMMCHECKGOTO(commCalloc(&fill, nb, sizeof(int)), res, fail);
-  for (int i = 0; i < nOps; i++) {
-    int k = ops[i].isSend ? (ops[i].peer - rank + nRanks) % nRanks : (rank - ops[i].peer + nRanks) % nRanks;
-    start[2 * k + (ops[i].isSend ? 0 : 1) + 1]++;
-  }
+  for (int i = 0; i < nOps; i++) start[p2pBucket(rank, nRanks, &ops[i]) + 1]++;
   for (size_t b = 0; b < nb; b++) start[b + 1] += start[b];
   for (int i = 0; i < nOps; i++) {
-    int k = ops[i].isSend ? (ops[i].peer - rank + nRanks) % nRanks : (rank - ops[i].peer + nRanks) % nRanks;
-    int b = 2 * k + (ops[i].isSend ? 0 : 1);
+    int b = p2pBucket(rank, nRanks, &ops[i]);
     order[start[b] + fill[b]++] = i;
   }
-  /* Self: pair sends and recvs in order as local copies. */
-  {
-    int nS = start[1] - start[0], nR = start[2] - start[1];
-    if (nS != nR) {
-      WARN("commP2pBuild: rank %d has %d send(s) to itself but %d recv(s) from itself", rank, nS, nR);
-      res = commInvalidArgument;
-      goto fail;
-    }
-    for (int j = 0; j < nS; j++) {
-      const commP2pOp* s = &ops[order[start[0] + j]];
-      const commP2pOp* rv = &ops[order[start[1] + j]];
-      if (s->count != rv->count) {
-        WARN("commP2pBuild: rank %d self send %d has %zu elements, matching recv %zu", rank, j, s->count,
-             rv->count);
-        res = commInvalidArgument;
-        goto fail;
-      }
-      commStep st;
-      initStep(&st, COMM_PRIM_COPY);
-      st.src.buf = s->buf;
-      st.dst.buf = rv->buf;
-      st.count = st.recvCount = s->count;
-      COMMCHECKGOTO(commSchedAdd(out, 0, &st), res, fail);
-    }
+}
+
+/* Self: the j-th send to self is copied into the j-th recv from self. */
+static commResult_t p2pSelfCopies(int rank, const commP2pOp* ops, const int* order, const int* start,
+                                  commSchedule* out) {
+  int nS = start[1] - start[0], nR = start[2] - start[1];
+  if (nS != nR) {
+    WARN("commP2pBuild: rank %d has %d send(s) to itself but %d recv(s) from itself", rank, nS, nR);
+    return commInvalidArgument;
   }
+  for (int j = 0; j < nS; j++) {
+    const commP2pOp* s = &ops[order[start[0] + j]];
+    const commP2pOp* rv = &ops[order[start[1] + j]];
+    if (s->count != rv->count) {
+      WARN("commP2pBuild: rank %d self send %d has %zu elements, matching recv %zu", rank, j, s->count, rv->count);
+      return commInvalidArgument;
+    }
+    commStep st;
+    initStep(&st, COMM_PRIM_COPY);
+    st.src.buf = s->buf;
+    st.dst.buf = rv->buf;
+    st.count = st.recvCount = s->count;
+    COMMCHECK(commSchedAdd(out, 0, &st));
+  }
+  return commSuccess;
+}
+
+/* For k = 1..n-1: SEND_RECV steps pairing the j-th send to r+k with the j-th recv from r-k. */
+static commResult_t p2pExchanges(int nRanks, const commP2pOp* ops, const int* order, const int* start,
+                                 commSchedule* out) {
   for (int k = 1; k < nRanks; k++) {
     int s0 = start[2 * k], nS = start[2 * k + 1] - s0;
     int r0 = start[2 * k + 1], nR = start[2 * k + 2] - r0;
@@ -163,9 +157,38 @@ commResult_t commP2pBuild(int rank, int nRanks, const commP2pOp* ops, int nOps, 
         st.dst.buf = rv->buf;
         st.recvCount = rv->count;
       }
-      COMMCHECKGOTO(commSchedAdd(out, 0, &st), res, fail);
+      COMMCHECK(commSchedAdd(out, 0, &st));
     }
   }
+  return commSuccess;
+}
+
+/* Grouped send/recv of one rank, channel 0 only:
+ *  - self operations first: the i-th send to self is copied into the i-th recv from self (counts must match);
+ *  - then for k = 1..n-1, max(#sends to r+k, #recvs from r-k) SEND_RECV steps, the j-th pairing the j-th
+ *    send to r+k with the j-th recv from r-k (a missing side has peer -1 and count 0).
+ * Buffers are the operations' buffer indices at offset 0. */
+commResult_t commP2pBuild(int rank, int nRanks, const commP2pOp* ops, int nOps, commSchedule* out) {
+  if (out == NULL || nRanks < 1 || rank < 0 || rank >= nRanks || nOps < 0 || (nOps > 0 && ops == NULL)) {
+    WARN("commP2pBuild: bad arguments rank %d nRanks %d nOps %d", rank, nRanks, nOps);
+    return commInvalidArgument;
+  }
+  commResult_t res = commSuccess;
+  int* order = NULL; /* op indices sorted by (k, kind), stable */
+  int* start = NULL; /* bucket starts, 2*nRanks+1 */
+  int* fill = NULL;
+  uint32_t maxBuf;
+  COMMCHECK(p2pCheckOps(rank, nRanks, ops, nOps, &maxBuf));
+  COMMCHECK(commSchedInit(out, 1));
+  out->nBufs = (int)maxBuf + 1;
+  if (nOps == 0) return commSuccess;
+  size_t nb = 2 * (size_t)nRanks;
+  COMMCHECKGOTO(commCalloc(&order, (size_t)nOps, sizeof(int)), res, fail);
+  COMMCHECKGOTO(commCalloc(&start, nb + 1, sizeof(int)), res, fail);
+  COMMCHECKGOTO(commCalloc(&fill, nb, sizeof(int)), res, fail);
+  p2pSortOps(rank, nRanks, ops, nOps, order, start, fill);
+  COMMCHECKGOTO(p2pSelfCopies(rank, ops, order, start, out), res, fail);
+  COMMCHECKGOTO(p2pExchanges(nRanks, ops, order, start, out), res, fail);
   free(order);
   free(start);
   free(fill);

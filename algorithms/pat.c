@@ -56,7 +56,7 @@
 #include <string.h>
 #include "check.h"
 #include "debug.h"
-#include "schedule.h"
+#include "algorithms.h"
 #include "utils.h"
 
 #define PAT_SCRATCH_CHUNKS 4                     /* scratch budget, in chunks ... */

@@ -13,7 +13,7 @@
 #include <string.h>
 #include "check.h"
 #include "debug.h"
-#include "schedule.h"
+#include "algorithms.h"
 
 typedef struct {
   const commCollArgs* a;

@@ -74,7 +74,7 @@
 #include <string.h>
 #include "check.h"
 #include "debug.h"
-#include "schedule.h"
+#include "algorithms.h"
 #include "utils.h"
 
 /* Chunks of lookahead per tree level (see the lookahead rule above: at most 2 keeps it deadlock-free). */

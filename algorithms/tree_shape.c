@@ -14,7 +14,7 @@
  *  - n odd: the same two trees over ranks 1..n-1 (an even count), and rank 0 a leaf in both, hung below
  *    each root (a bit-tree root has one child, so there is room).
  * A rank's data flows up tree t to its root and back down, so every rank is in both trees. */
-#include "schedule.h"
+#include "algorithms.h"
 
 static int lowBit(int p) { return p & -p; }
 

@@ -1,7 +1,7 @@
 /* reduce_bench: throughput of the host reduction kernels (src/exec/reduce.c), standalone.
  *
- *   gcc -std=gnu11 -O3 -Iinclude -Isrc/include bench/reduce_bench.c src/exec/reduce.c src/core/debug.c \
- *       -o reduce_bench && ./reduce_bench [elements]
+ *   gcc -std=gnu11 -O3 -Iinclude -Isrc/base -Isrc/exec bench/reduce_bench.c src/exec/reduce.c src/base/datatype.c \
+ *       src/base/debug.c src/base/param.c src/base/utils.c -o reduce_bench && ./reduce_bench [elements]
  *
  * Prints, per datatype x op, the time of dst = a OP b on `elements` elements (default 16M, beyond the
  * caches) and the memory traffic rate (3 x bytes moved: two reads and one write), for separate buffers

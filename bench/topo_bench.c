@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "schedule.h"
+#include "algorithms.h"
 #include "topo.h"
 
 #ifndef COMM_SOURCE_DIR

@@ -8,7 +8,8 @@
 # COMM_TEST_TSAN=1 to add a ThreadSanitizer pass (build-tsan/) over the tests labelled "threads" (ranks as
 # threads of one process: TSan does not follow the forked multi-process runs). Between the two passes, the
 # topology XML reader is fuzzed for FUZZ_SECONDS (default 60) with libFuzzer (scripts/fuzz_topo.sh; skip
-# with COMM_TEST_SKIP_FUZZ=1).
+# with COMM_TEST_SKIP_FUZZ=1). Before the build, scripts/check_layers.py checks that every layer includes only
+# the layers below it, and after it that every object file calls only those (docs/ARCHITECTURE.md).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -24,10 +25,16 @@ if [[ ! -f /usr/local/cuda/include/nccl.h ]] && python3 scripts/fetch_nccl_heade
   nccl_ref=(-DCOMM_NCCL_REF_H="$PWD/build-test/nccl-ref")
 fi
 
+failed=()
+# The layer rule (docs/ARCHITECTURE.md's folder map): from the #include lines now, from the objects' symbols
+# after the build.
+echo "=== test.sh: layers ==="
+python3 scripts/check_layers.py || failed+=("layers")
+
 echo "=== test.sh: build-test (warnings as errors) ==="
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOMM_WERROR=ON ${nccl_ref[@]+"${nccl_ref[@]}"}
 cmake --build build-test -j"$jobs"
-failed=()
+python3 scripts/check_layers.py --objects build-test/CMakeFiles/comm_objs.dir || failed+=("layers (symbols)")
 (cd build-test && ctest --output-on-failure -j"$ctest_jobs") || failed+=("build-test")
 
 if [[ "${COMM_TEST_SKIP_FUZZ:-0}" != "1" ]]; then

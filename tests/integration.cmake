@@ -88,9 +88,14 @@ comm_it_test(test_p2p_split COMMAND test_p2p_split LABELS "mp;net")
 # commGather, commScatter, commGroupSimulateEnd, and commShrink after a rank has left.
 comm_it_test(test_shrink_gather COMMAND test_shrink_gather LABELS "mp;faults")
 
-# commConfig_t.netName picks the built-in network (IB over the in-process fake device, or Socket).
-comm_it_test(net_name.ib COMMAND test_net_name IB ENV "COMM_IB_FAKE=1" LABELS "net;threads")
-comm_it_test(net_name.socket COMMAND test_net_name Socket ENV "COMM_IB_FAKE=1" LABELS "net;threads")
+# commConfig_t.netName picks the built-in network (IB over the verbs fake module, or Socket). Every test that
+# sets COMM_IB_FAKE also names the module (tests/fakes/ib_verbs/, libcomm-verbs-fake.so) with COMM_IB_FAKE_LIB.
+set(COMM_IT_IB_FAKE_ENV "COMM_IB_FAKE=1")
+if(COMM_HAVE_IBVERBS)
+  list(APPEND COMM_IT_IB_FAKE_ENV "COMM_IB_FAKE_LIB=$<TARGET_FILE:comm_verbs_fake>")
+endif()
+comm_it_test(net_name.ib COMMAND test_net_name IB ENV ${COMM_IT_IB_FAKE_ENV} LABELS "net;threads")
+comm_it_test(net_name.socket COMMAND test_net_name Socket ENV ${COMM_IT_IB_FAKE_ENV} LABELS "net;threads")
 set_tests_properties(integration.net_name.ib PROPERTIES SKIP_RETURN_CODE 77)
 
 # Argument validation: errors, WARNs, buffers untouched.

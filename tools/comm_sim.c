@@ -36,11 +36,11 @@
 #include "debug.h"
 #include "param.h"
 #include "reduce.h"
-#include "schedule.h"
+#include "algorithms.h"
 #include "sim_trace.h"
 #include "tune.h"
 
-/* The executor's FIFO geometry: COMM_NSLOTS (src/include/transport.h) slots of COMM_BUFFSIZE / 8. */
+/* The executor's FIFO geometry: COMM_NSLOTS (transports/transport.h) slots of COMM_BUFFSIZE / 8. */
 #define SIM_NSLOTS 8
 #define SIM_DEFAULT_SLOT (512 * 1024)
 /* The library's default COMM_ALLREDUCE_ONESHOT_MAX (src/core/comm.c): the tuner considers one-shot only

@@ -31,7 +31,7 @@
 
 #include "debug.h"
 #include "param.h"
-#include "schedule.h"
+#include "algorithms.h"
 #include "topo.h"
 #include "utils.h"
 #include "comm_topo.h"

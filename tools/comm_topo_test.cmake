@@ -1,5 +1,6 @@
 # ctest tools.comm_topo:
-#   cmake -DCOMM_TOPO=<comm_topo> -DTOPO_DIR=<tests/topo> -DWORK=<scratch dir> -P comm_topo_test.cmake
+#   cmake -DCOMM_TOPO=<comm_topo> -DTOPO_DIR=<tests/topo> -DWORK=<scratch dir> [-DCOMM_IB_BUILT=ON
+#         -DCOMM_IB_FAKE_LIB=<libcomm-verbs-fake.so>] -P comm_topo_test.cmake
 # Runs comm_topo on the topology files of tests/topo and on this machine and checks what could go wrong: the
 # DGX's GPUs are NVLink peers and its rings stay on NVLink, a PCIe box falls back to shared memory across
 # CPUs, the cluster's rings enter node 0 through a different NIC per channel, the DOT and XML outputs (the
@@ -114,6 +115,9 @@ endif()
 # GIDs with their types and the one the transport addresses the port by, COMM_IB_HCA's selection, and the GPU
 # line (the fake NICs are not in the machine's topology). Without the IB transport, a clear note.
 set(ENV{COMM_IB_FAKE} "2:roce")
+if(DEFINED COMM_IB_FAKE_LIB)
+  set(ENV{COMM_IB_FAKE_LIB} "${COMM_IB_FAKE_LIB}") # the verbs fake module (tests/fakes/ib_verbs/)
+endif()
 set(ENV{COMM_IB_HCA} "^fakeroce0")
 run(rdma 0 -q -i)
 if(COMM_IB_BUILT)
@@ -134,6 +138,7 @@ else()
   expect(rdma "${rdma_out}" "this build has no IB transport" "no-IB note")
 endif()
 set(ENV{COMM_IB_FAKE} "")
+set(ENV{COMM_IB_FAKE_LIB} "")
 set(ENV{COMM_IB_HCA} "")
 
 # A malformed file: exit status 1, the parser's WARN with the line.

@@ -14,7 +14,7 @@
 
 #include "bootstrap.h"
 #include "check.h"
-#include "core.h"
+#include "communicator.h"
 #include "debug.h"
 #include "topo.h"
 #include "transport.h"
@@ -326,6 +326,32 @@ static void drainSends(struct commComm* comm) {
     if (!pending || commAborted(comm) || commTimeNs() > deadline) return;
     commBackoffWait(&bo);
   }
+}
+
+commResult_t commTransportInit(struct commComm* comm) {
+  for (int t = 0; t < COMM_NUM_TRANSPORTS; t++)
+    if (transports[t] && transports[t]->init) COMMCHECK(transports[t]->init(comm));
+  return commSuccess;
+}
+
+commResult_t commTransportFinalize(struct commComm* comm) {
+  commResult_t first = commSuccess;
+  for (int t = 0; t < COMM_NUM_TRANSPORTS; t++) {
+    if (!transports[t] || !transports[t]->finalize) continue;
+    commResult_t res = transports[t]->finalize(comm);
+    if (first == commSuccess) first = res;
+  }
+  return first;
+}
+
+void commTransportOpDone(struct commComm* comm) {
+  for (int t = 0; t < COMM_NUM_TRANSPORTS; t++)
+    if (transports[t] && transports[t]->opDone) transports[t]->opDone(comm);
+}
+
+void commTransportDevLaunched(struct commComm* comm) {
+  for (int t = 0; t < COMM_NUM_TRANSPORTS; t++)
+    if (transports[t] && transports[t]->devLaunched) transports[t]->devLaunched(comm);
 }
 
 commResult_t commTransportCloseAll(struct commComm* comm) {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "devmem.h"
 #include "enqueue.h"
 #include "exec_dev.h"
 #include "reduce.h"
@@ -88,6 +89,76 @@ static commResult_t checkMemory(const apiDesc* d, comm_t comm, const void* sendb
   return commSuccess;
 }
 
+/* Sizes of the buffers as the call uses them on this rank (*bytes: count elements of the datatype). */
+static commResult_t callBytes(const apiDesc* d, size_t count, size_t elt, int n, int rank, int root,
+                              size_t* sendBytesOut, size_t* recvBytesOut, size_t* bytesOut) {
+  size_t sendBytes = 0, recvBytes = 0, bytes = 0;
+  COMMCHECK(checkedBytes(d, count, 1, elt, &bytes));
+  switch (d->func) {
+    case commFuncAllReduce: sendBytes = recvBytes = bytes; break;
+    case commFuncBroadcast:
+      sendBytes = rank == root ? bytes : 0;
+      recvBytes = bytes;
+      break;
+    case commFuncReduce:
+      sendBytes = bytes;
+      recvBytes = rank == root ? bytes : 0;
+      break;
+    case commFuncAllGather:
+      sendBytes = bytes;
+      COMMCHECK(checkedBytes(d, count, (size_t)n, elt, &recvBytes));
+      break;
+    case commFuncReduceScatter:
+      recvBytes = bytes;
+      COMMCHECK(checkedBytes(d, count, (size_t)n, elt, &sendBytes));
+      break;
+    case commFuncAllToAll:
+      COMMCHECK(checkedBytes(d, count, (size_t)n, elt, &sendBytes));
+      recvBytes = sendBytes;
+      break;
+    case commFuncSendRecv:
+      if (d->isSend) sendBytes = bytes;
+      else recvBytes = bytes;
+      break;
+    default: return commInternalError;
+  }
+  *sendBytesOut = sendBytes;
+  *recvBytesOut = recvBytes;
+  *bytesOut = bytes;
+  return commSuccess;
+}
+
+/* In-place is allowed only in the exact layout each collective defines (bytes: one rank's part). */
+static commResult_t checkInPlace(const apiDesc* d, int rank, size_t bytes, const void* sendbuff, size_t sendBytes,
+                                 const void* recvbuff, size_t recvBytes) {
+  if (d->isP2p || !rangesOverlap(sendbuff, sendBytes, recvbuff, recvBytes)) return commSuccess;
+  const char* expect = NULL;
+  int ok;
+  switch (d->func) {
+    case commFuncAllGather:
+      ok = (const char*)sendbuff == (const char*)recvbuff + (size_t)rank * bytes;
+      expect = "sendbuff == recvbuff + rank*count";
+      break;
+    case commFuncReduceScatter:
+      ok = (const char*)recvbuff == (const char*)sendbuff + (size_t)rank * bytes;
+      expect = "recvbuff == sendbuff + rank*count";
+      break;
+    case commFuncAllToAll:
+      ok = 0;
+      expect = "separate buffers (alltoall is not in-place)";
+      break;
+    default:
+      ok = sendbuff == recvbuff;
+      expect = "sendbuff == recvbuff";
+      break;
+  }
+  if (!ok) {
+    WARN("%s: sendbuff %p and recvbuff %p overlap; in-place needs %s", d->api, sendbuff, (void*)recvbuff, expect);
+    return commInvalidArgument;
+  }
+  return commSuccess;
+}
+
 static commResult_t enqueueChecked(const apiDesc* d, const void* sendbuff, void* recvbuff, size_t count,
                                    commDataType_t dtype, commRedOp_t op, int root, comm_t comm, commStream_t stream) {
   commResult_t res = commSuccess;
@@ -101,37 +172,8 @@ static commResult_t enqueueChecked(const apiDesc* d, const void* sendbuff, void*
     res = commInvalidArgument;
     goto out;
   }
-  /* Sizes of the buffers as the call uses them on this rank. */
-  size_t sendBytes = 0, recvBytes = 0, bytes;
-  COMMCHECKGOTO(checkedBytes(d, count, 1, elt, &bytes), res, out);
-  switch (d->func) {
-    case commFuncAllReduce: sendBytes = recvBytes = bytes; break;
-    case commFuncBroadcast:
-      sendBytes = rank == root ? bytes : 0;
-      recvBytes = bytes;
-      break;
-    case commFuncReduce:
-      sendBytes = bytes;
-      recvBytes = rank == root ? bytes : 0;
-      break;
-    case commFuncAllGather:
-      sendBytes = bytes;
-      COMMCHECKGOTO(checkedBytes(d, count, (size_t)n, elt, &recvBytes), res, out);
-      break;
-    case commFuncReduceScatter:
-      recvBytes = bytes;
-      COMMCHECKGOTO(checkedBytes(d, count, (size_t)n, elt, &sendBytes), res, out);
-      break;
-    case commFuncAllToAll:
-      COMMCHECKGOTO(checkedBytes(d, count, (size_t)n, elt, &sendBytes), res, out);
-      recvBytes = sendBytes;
-      break;
-    case commFuncSendRecv:
-      if (d->isSend) sendBytes = bytes;
-      else recvBytes = bytes;
-      break;
-    default: res = commInternalError; goto out;
-  }
+  size_t sendBytes = 0, recvBytes = 0, bytes = 0;
+  COMMCHECKGOTO(callBytes(d, count, elt, n, rank, root, &sendBytes, &recvBytes, &bytes), res, out);
   int sendDev, recvDev, onDevice;
   COMMCHECKGOTO(checkPtr(d, sendbuff, "sendbuff", sendBytes, &sendDev), res, out);
   if (recvbuff == sendbuff && sendBytes > 0 && recvBytes > 0) recvDev = sendDev; /* in place: asked once */
@@ -139,34 +181,7 @@ static commResult_t enqueueChecked(const apiDesc* d, const void* sendbuff, void*
   COMMCHECKGOTO(checkMemory(d, comm, sendbuff, sendDev, recvbuff, recvDev, sendBytes > 0, recvBytes > 0, &onDevice),
                 res, out);
   if (d->hasOp) COMMCHECKGOTO(commRedOpResolve(comm, op, dtype, onDevice, &task.redop, &task.devScalar), res, out);
-  /* In-place is allowed only in the exact layout each collective defines. */
-  if (!d->isP2p && rangesOverlap(sendbuff, sendBytes, recvbuff, recvBytes)) {
-    const char* expect = NULL;
-    int ok;
-    switch (d->func) {
-      case commFuncAllGather:
-        ok = (const char*)sendbuff == (const char*)recvbuff + (size_t)rank * bytes;
-        expect = "sendbuff == recvbuff + rank*count";
-        break;
-      case commFuncReduceScatter:
-        ok = (const char*)recvbuff == (const char*)sendbuff + (size_t)rank * bytes;
-        expect = "recvbuff == sendbuff + rank*count";
-        break;
-      case commFuncAllToAll:
-        ok = 0;
-        expect = "separate buffers (alltoall is not in-place)";
-        break;
-      default:
-        ok = sendbuff == recvbuff;
-        expect = "sendbuff == recvbuff";
-        break;
-    }
-    if (!ok) {
-      WARN("%s: sendbuff %p and recvbuff %p overlap; in-place needs %s", d->api, sendbuff, (void*)recvbuff, expect);
-      res = commInvalidArgument;
-      goto out;
-    }
-  }
+  COMMCHECKGOTO(checkInPlace(d, rank, bytes, sendbuff, sendBytes, recvbuff, recvBytes), res, out);
   task.kind = d->isP2p ? (d->isSend ? COMM_TASK_SEND : COMM_TASK_RECV) : COMM_TASK_COLL;
   task.func = d->func;
   task.comm = comm;

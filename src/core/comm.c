@@ -11,6 +11,7 @@
 #include "core.h"
 #include "exec_dev.h"
 #include "tune.h"
+#include "devmem.h"
 #include "enqueue.h"
 #include "param.h"
 #include "socket.h"
@@ -140,21 +141,6 @@ COMM_API commResult_t commGetVersion(int* version) {
   }
   *version = COMM_VERSION_CODE;
   return commSuccess;
-}
-
-COMM_API const char* commGetErrorString(commResult_t r) {
-  switch (r) {
-    case commSuccess: return "no error";
-    case commUnhandledCudaError: return "unhandled cuda error (run with COMM_DEBUG=INFO for details)";
-    case commSystemError: return "unhandled system error (run with COMM_DEBUG=INFO for details)";
-    case commInternalError: return "internal error - please report this issue to the libcomm developers";
-    case commInvalidArgument: return "invalid argument (run with COMM_DEBUG=WARN for details)";
-    case commInvalidUsage: return "invalid usage (run with COMM_DEBUG=WARN for details)";
-    case commRemoteError: return "remote process exited or there was a network error";
-    case commInProgress: return "operation in progress";
-    case commTimeout: return "operation timed out (COMM_TIMEOUT_MS)";
-    default: return "unknown result code";
-  }
 }
 
 COMM_API const char* commGetLastError(comm_t comm) {
@@ -304,7 +290,7 @@ static commResult_t initBody(struct commComm* comm, const commUniqueId* id) {
   INFO(COMM_TOPO | COMM_INIT, "topology: %s in %.2f ms, placement and ring order in %.2f ms (with one exchange)",
        commParamStr("COMM_TOPO_FILE", NULL) ? "loaded" : "discovered", (topoLoaded - topoStart) / 1e6,
        (commTimeNs() - placeStart) / 1e6);
-  if (comm->nNodes > 1 || comm->shmDisable) COMMCHECK(commNetInit(comm));
+  COMMCHECK(commTransportInit(comm));
   COMMCHECK(setupChannels(comm));
   COMMCHECK(connectRings(comm));
   COMMCHECK(commTunerInit(comm));
@@ -334,7 +320,7 @@ static int idIsZero(const commUniqueId* id) {
 static void freeComm(struct commComm* comm) {
   commDevFree(comm); /* waits for this comm's kernels (ended by now, aborted, or timing out) */
   commTransportCloseAll(comm);
-  if (comm->net) commNetFinalize(comm);
+  commTransportFinalize(comm);
   commTunerFree(comm);
   commTopoRelease(comm->topo);
   free(comm->topoRanks);
@@ -652,7 +638,10 @@ COMM_API commResult_t commFinalize(comm_t comm) {
   }
   /* Operations on device buffers finish first (a kernel ends on abort or timeout too). */
   commResult_t res = commDevSync(comm);
-  if (res != commSuccess) WARN("commFinalize: rank %d: operations on device buffers failed", comm->rank);
+  if (res != commSuccess) {
+    commSetAsyncError(comm, res);
+    WARN("commFinalize: rank %d: operations on device buffers failed", comm->rank);
+  }
   if (res == commSuccess && comm->initState == COMM_INIT_DONE && comm->asyncError == commSuccess &&
       comm->bootstrap != NULL) {
     /* Every rank is past its last operation before connections close. */
@@ -703,7 +692,10 @@ COMM_API commResult_t commGetAsyncError(comm_t comm, commResult_t* asyncError) {
     return noteFailure(comm, commInvalidArgument);
   }
   int state = __atomic_load_n(&comm->initState, __ATOMIC_ACQUIRE);
-  if (state == COMM_INIT_DONE) commDevPollError(comm); /* failures kernels reported */
+  if (state == COMM_INIT_DONE) { /* failures kernels reported */
+    commResult_t devError = commDevPollError(comm);
+    if (devError != commSuccess) commSetAsyncError(comm, devError);
+  }
   if (state == COMM_INIT_RUNNING) *asyncError = commInProgress;
   else *asyncError = (commResult_t)__atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
   return commSuccess;

@@ -141,6 +141,7 @@ COMM_API commResult_t commShrink(comm_t comm, const int* excludeRanks, int nExcl
      * otherwise last until the timeout) and the parent keeps commRemoteError. Its bootstrap stays usable. */
     commDevAbort(comm);
     commResult_t stopped = commDevSync(comm);
+    if (stopped != commSuccess) commSetAsyncError(comm, stopped);
     INFO(COMM_INIT, "commShrink: rank %d stopped the parent's device operations (%s)", comm->rank,
          commGetErrorString(stopped));
   }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core.h"
 #include "enqueue.h"
 #include "exec.h"
 #include "exec_dev.h"
@@ -159,96 +160,73 @@ COMM_API commResult_t commGroupSimulateEnd(float* estimatedUs) {
  * and most groups), allocated above (malloc and free were ~7% of an 8-byte socket allreduce). */
 #define RUN_STACK_TASKS 8
 
-/* Split the task list by communicator (keeping order), build each communicator's plans, run them all. */
-static commResult_t runTasks(commTask* tasks) {
-  commResult_t res = commSuccess;
-  if (tasks && !tasks->next && tasks->kind == COMM_TASK_COLL && tasks->onDevice) {
-    /* One collective on device buffers: an identical earlier call's plan, when there is one. */
-    int launched = 0;
-    commLogSetRank(tasks->comm->rank);
-    res = commDevRunCached(tasks->comm, tasks, &launched);
-    if (res != commSuccess) commSetAsyncError(tasks->comm, res);
-    if (res != commSuccess || launched) return res;
-  }
-  int nComms = 0;
-  struct commComm* commsStack[RUN_STACK_TASKS];
-  commTask* listsStack[RUN_STACK_TASKS];
+/* One collective on device buffers: an identical earlier call's plan, when there is one. *finished = 1
+ * when that settled the call (launched, or failed: the communicator then holds the error). */
+static commResult_t runCachedTask(commTask* task, int* finished) {
+  int launched = 0;
+  commLogSetRank(task->comm->rank);
+  const commDevCall call = {task->func, task->count, task->dtype, &task->redop, task->devScalar,
+                            task->root, task->sendbuff, task->recvbuff, task->stream};
+  commResult_t res = commDevRunCached(task->comm, &call, &launched);
+  if (res != commSuccess) commSetAsyncError(task->comm, res);
+  *finished = res != commSuccess || launched;
+  return res;
+}
+
+/* Split the task list by communicator, keeping order: comms[c]'s tasks chained from lists[c] (at most
+ * nTasks communicators; *nComms of them found). On failure the list is untouched. */
+static commResult_t splitByComm(commTask* tasks, int nTasks, struct commComm** comms, commTask** lists,
+                                int* nComms) {
   commTask* tailsStack[RUN_STACK_TASKS];
-  commPlan** plansStack[RUN_STACK_TASKS];
-  commPlan* allStack[RUN_STACK_TASKS];
-  int nPlansStack[RUN_STACK_TASKS];
-  struct commComm** comms = commsStack;
-  commTask** lists = listsStack;
-  commPlan*** plans = plansStack;
-  int* nPlans = nPlansStack;
-  commPlan** all = NULL;
-  int nAll = 0;
-  for (commTask* t = tasks; t; t = t->next) nComms++;
-  int onHeap = nComms > RUN_STACK_TASKS;
-  if (onHeap) {
-    comms = NULL;
-    lists = NULL;
-    plans = NULL;
-    nPlans = NULL;
-    COMMCHECKGOTO(commCalloc(&comms, (size_t)nComms, sizeof(*comms)), res, out);
-    COMMCHECKGOTO(commCalloc(&lists, (size_t)nComms, sizeof(*lists)), res, out);
-    COMMCHECKGOTO(commCalloc(&plans, (size_t)nComms, sizeof(*plans)), res, out);
-    COMMCHECKGOTO(commCalloc(&nPlans, (size_t)nComms, sizeof(*nPlans)), res, out);
-  } else {
-    memset(plansStack, 0, sizeof(plansStack));
-    memset(nPlansStack, 0, sizeof(nPlansStack));
+  commTask** tails = tailsStack;
+  if (nTasks > RUN_STACK_TASKS) {
+    tails = NULL;
+    COMMCHECK(commCalloc(&tails, (size_t)nTasks, sizeof(*tails)));
   }
-  int cap = nComms;
-  nComms = 0;
-  {
-    commTask** tails = tailsStack;
-    if (onHeap) {
-      tails = NULL;
-      COMMCHECKGOTO(commCalloc(&tails, (size_t)cap, sizeof(*tails)), res, out);
+  commTask* t = tasks;
+  while (t) {
+    commTask* next = t->next;
+    t->next = NULL;
+    int c;
+    for (c = 0; c < *nComms; c++)
+      if (comms[c] == t->comm) break;
+    if (c == *nComms) {
+      comms[(*nComms)++] = t->comm;
+      lists[c] = t;
+    } else {
+      tails[c]->next = t;
     }
-    commTask* t = tasks;
-    while (t) {
+    tails[c] = t;
+    t = next;
+  }
+  if (tails != tailsStack) free(tails);
+  return commSuccess;
+}
+
+/* Relink the task lists so that the caller frees them all: splitByComm left each communicator's tasks
+ * chained on their own, and the caller's list (freed by commGroupEnd's freeTasks from the first task, which
+ * heads lists[0]) would reach only the first communicator's: the tasks of every other communicator of a
+ * group would leak. Chained again here, one communicator's after another, from that same first task. */
+static void relinkTasks(commTask** lists, int nComms) {
+  commTask* tail = NULL;
+  for (int c = 0; c < nComms; c++) {
+    for (commTask* t = lists[c]; t;) {
       commTask* next = t->next;
       t->next = NULL;
-      int c;
-      for (c = 0; c < nComms; c++)
-        if (comms[c] == t->comm) break;
-      if (c == nComms) {
-        comms[nComms++] = t->comm;
-        lists[c] = t;
-      } else {
-        tails[c]->next = t;
-      }
-      tails[c] = t;
+      if (tail) tail->next = t;
+      tail = t;
       t = next;
     }
-    if (onHeap) free(tails);
   }
-  /* Plans and connections for every communicator (connection setup of all comms of this thread runs
-   * phase by phase together inside commPlansBuildMulti, so in-process ranks cannot wait on each other). */
-  res = commPlansBuildMulti(comms, lists, nComms, plans, nPlans);
-  /* Relink the task lists so that the caller frees them all. */
-  {
-    commTask* head = NULL;
-    commTask* tail = NULL;
-    for (int c = 0; c < nComms; c++) {
-      for (commTask* t = lists[c]; t;) {
-        commTask* next = t->next;
-        t->next = NULL;
-        if (tail) tail->next = t;
-        else head = t;
-        tail = t;
-        t = next;
-      }
-    }
-    (void)head;
-  }
-  if (res != commSuccess) {
-    for (int c = 0; c < nComms; c++) commSetAsyncError(comms[c], res);
-    goto out;
-  }
-  /* Device plans are enqueued on the callers' streams by the CUDA executor (the host does not wait for
-   * them); host plans of every communicator then run here to completion. */
+}
+
+/* Device plans are enqueued on the callers' streams by the CUDA executor (the host does not wait for
+ * them); host plans of every communicator then run here to completion. */
+static commResult_t runPlans(struct commComm** comms, commPlan*** plans, const int* nPlans, int nComms) {
+  commResult_t res = commSuccess;
+  commPlan* allStack[RUN_STACK_TASKS];
+  commPlan** all = NULL;
+  int nAll = 0;
   for (int c = 0; c < nComms; c++) nAll += nPlans[c];
   if (nAll <= RUN_STACK_TASKS) all = allStack;
   else COMMCHECKGOTO(commCalloc(&all, (size_t)nAll, sizeof(*all)), res, out);
@@ -266,7 +244,61 @@ static commResult_t runTasks(commTask* tasks) {
   for (int c = 0; c < nComms; c++)
     for (int p = 0; p < nPlans[c]; p++)
       if (!plans[c][p]->onDevice) all[nAll++] = plans[c][p];
-  if (nAll > 0) res = commExecHostRun(all, nAll);
+  if (nAll > 0) {
+    res = commExecHostRun(all, nAll);
+    /* The FIFOs of every unfinished plan's communicator are now out of step with their peers. */
+    for (int p = 0; p < nAll && res != commSuccess; p++)
+      if (!all[p]->done) commSetAsyncError(all[p]->comm, res);
+  }
+out:
+  if (all != allStack) free(all);
+  return res;
+}
+
+/* Split the task list by communicator (keeping order), build each communicator's plans, run them all. */
+static commResult_t runTasks(commTask* tasks) {
+  commResult_t res = commSuccess;
+  if (tasks && !tasks->next && tasks->kind == COMM_TASK_COLL && tasks->onDevice) {
+    int finished = 0;
+    res = runCachedTask(tasks, &finished);
+    if (finished) return res;
+  }
+  int nComms = 0;
+  struct commComm* commsStack[RUN_STACK_TASKS];
+  commTask* listsStack[RUN_STACK_TASKS];
+  commPlan** plansStack[RUN_STACK_TASKS];
+  int nPlansStack[RUN_STACK_TASKS];
+  struct commComm** comms = commsStack;
+  commTask** lists = listsStack;
+  commPlan*** plans = plansStack;
+  int* nPlans = nPlansStack;
+  for (commTask* t = tasks; t; t = t->next) nComms++;
+  int onHeap = nComms > RUN_STACK_TASKS;
+  if (onHeap) {
+    comms = NULL;
+    lists = NULL;
+    plans = NULL;
+    nPlans = NULL;
+    COMMCHECKGOTO(commCalloc(&comms, (size_t)nComms, sizeof(*comms)), res, out);
+    COMMCHECKGOTO(commCalloc(&lists, (size_t)nComms, sizeof(*lists)), res, out);
+    COMMCHECKGOTO(commCalloc(&plans, (size_t)nComms, sizeof(*plans)), res, out);
+    COMMCHECKGOTO(commCalloc(&nPlans, (size_t)nComms, sizeof(*nPlans)), res, out);
+  } else {
+    memset(plansStack, 0, sizeof(plansStack));
+    memset(nPlansStack, 0, sizeof(nPlansStack));
+  }
+  int nTasks = nComms;
+  nComms = 0;
+  COMMCHECKGOTO(splitByComm(tasks, nTasks, comms, lists, &nComms), res, out);
+  /* Plans and connections for every communicator (connection setup of all comms of this thread runs
+   * phase by phase together inside commPlansBuildMulti, so in-process ranks cannot wait on each other). */
+  res = commPlansBuildMulti(comms, lists, nComms, plans, nPlans);
+  relinkTasks(lists, nComms);
+  if (res != commSuccess) {
+    for (int c = 0; c < nComms; c++) commSetAsyncError(comms[c], res);
+    goto out;
+  }
+  res = runPlans(comms, plans, nPlans, nComms);
 out:
   if (plans) {
     for (int c = 0; c < nComms; c++) {
@@ -275,7 +307,6 @@ out:
       free(plans[c]);
     }
   }
-  if (all != allStack) free(all);
   if (onHeap) {
     free(nPlans);
     free(plans);

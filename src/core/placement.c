@@ -1,4 +1,4 @@
-/* Placement of a communicator's ranks on the topology at init (src/include/topo.h does the geometry):
+/* Placement of a communicator's ranks on the topology at init (src/topo/topo.h does the geometry):
  * each rank's device in the peer exchange, its node's ring order on every channel exchanged once, the rings
  * every channel is built from, and COMM_TOPO_DUMP_FILE. */
 #include <errno.h>

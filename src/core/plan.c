@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core.h"
 #include "enqueue.h"
 #include "exec.h"
 #include "exec_dev.h"
@@ -15,34 +16,27 @@ static int isReductionFunc(commFunc_t f) {
   return f == commFuncAllReduce || f == commFuncReduce || f == commFuncReduceScatter;
 }
 
-/* Device plans: channels per collective. Every rank must pick the same count, so it follows from what all
- * ranks know: the most ranks sharing one GPU. One block runs each channel and the blocks of all ranks on
- * a GPU must be resident at once (they wait on each other), so they share a budget of blocks per GPU. */
-#define DEV_BLOCKS_PER_GPU 96 /* one 512-thread block per SM (128 registers per thread): below the SM count
-                               * of A100 (108) and H100 PCIe (114), with room for other kernels */
-#define DEV_BYTES_PER_CHANNEL (512 << 10)
-#define COMM_DEV_LL_MAX_DEFAULT 4096 /* device messages up to this many bytes use LL (COMM_DEV_LL_MAX) */
-/* Two ranks on one GPU: same host and the same PCI bus id (device ordinals differ between processes with
- * different CUDA_VISIBLE_DEVICES); the ordinal when a bus id is unknown. */
-static int sameGpu(const commPeerInfo* a, const commPeerInfo* b) {
-  if (a->hostHash != b->hostHash || a->cudaDev < 0 || b->cudaDev < 0) return 0;
-  if (a->busId >= 0 && b->busId >= 0) return a->busId == b->busId;
-  return a->cudaDev == b->cudaDev;
+commResult_t commPlanPrepare(commPlan* plan, void* scratch) {
+  if (plan->sched.scratchElems > 0) {
+    if (scratch == NULL) {
+      WARN("%s needs %zu elements of scratch and got none", commFuncName(plan->func), plan->sched.scratchElems);
+      return commInternalError;
+    }
+    plan->bufs[COMM_BUF_SCRATCH] = scratch;
+  }
+  memset(plan->progress, 0, sizeof(plan->progress));
+  plan->done = 0;
+  plan->lastProgressNs = commTimeNs();
+  plan->lastCheckNs = plan->lastProgressNs;
+  plan->waitChannel = plan->waitPeer = -1;
+  return commSuccess;
 }
 
-static int devMaxChannels(commComm* comm) {
-  if (comm->devMaxChannels > 0) return comm->devMaxChannels;
-  int most = 1;
-  for (int i = 0; i < comm->nRanks; i++) {
-    int same = 0;
-    for (int j = 0; j < comm->nRanks; j++)
-      same += sameGpu(&comm->peers[i], &comm->peers[j]);
-    if (same > most) most = same;
-  }
-  int cap = (int)commParamInt("COMM_DEV_NCHANNELS", 32, 1, COMM_MAX_CHANNELS);
-  int fit = DEV_BLOCKS_PER_GPU / most;
-  comm->devMaxChannels = fit < 1 ? 1 : fit < cap ? fit : cap;
-  return comm->devMaxChannels;
+void commPlanFree(commPlan* plan) {
+  if (plan == NULL) return;
+  commSchedFree(&plan->sched);
+  free(plan->bufs);
+  free(plan);
 }
 
 static commResult_t newPlan(commComm* comm, commFunc_t func, int nBufs, commPlan** out) {
@@ -78,25 +72,11 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
   plan->devScalar = t->devScalar;
 
   commTuneChoice choice;
-  COMMCHECKGOTO(commTuneChoose(comm, t->func, t->count, plan->eltSize, &choice), res, fail);
-  if (plan->onDevice) {
-    /* The tuner prices host executors; on device, channels follow the size and the FIFO bounds a step. */
-    size_t bytes = t->count * plan->eltSize * (t->func == commFuncAllGather || t->func == commFuncReduceScatter ||
-                                                        t->func == commFuncAllToAll ? (size_t)comm->nRanks : 1);
-    size_t perChannel = (size_t)commParamSize("COMM_DEV_BYTES_PER_CHANNEL", DEV_BYTES_PER_CHANNEL, 4096, 1 << 30);
-    size_t want = bytes / perChannel;
-    int maxCh = devMaxChannels(comm);
-    choice.nChannels = want < 1 ? 1 : want > (size_t)maxCh ? maxCh : (int)want;
-    /* LL for small messages, up to COMM_DEV_LL_MAX bytes. On 4 H200s LL's one-store lines beat Simple's
-     * fences up to 2-4 KiB and lose from 8 KiB on, where one LL channel's bandwidth shows (docs/PERF.md,
-     * entry 10). LL lines go straight into the peer's FIFO: P2P connections and the shm FIFO in host
-     * memory (COMM_P2P_DISABLE=1) carry them. A communicator spanning hosts, or with COMM_SHM_DISABLE=1 as
-     * well, runs Simple: its network proxy moves whole slots. */
-    size_t llMax = (size_t)commParamSize("COMM_DEV_LL_MAX", COMM_DEV_LL_MAX_DEFAULT, 0, 1 << 30);
-    if (comm->nNodes > 1 || (comm->p2pDisable && comm->shmDisable)) llMax = 0;
-    choice.proto = bytes <= llMax ? commProtoLL : commProtoSimple;
-    choice.chunkBytes = (size_t)comm->nSlots * comm->slotBytes;
-  }
+  if (plan->onDevice)
+    COMMCHECKGOTO(commTuneChooseDevice(comm, t->func, t->count, plan->eltSize, &choice), res, fail);
+  else
+    COMMCHECKGOTO(commTuneChoose(comm, t->func, t->count, plan->eltSize, &choice), res, fail);
+  plan->repeatable = choice.repeatable;
   commCollArgs args;
   memset(&args, 0, sizeof(args));
   args.func = t->func;

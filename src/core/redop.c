@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "devmem.h"
 #include "enqueue.h"
 #include "reduce.h"
 

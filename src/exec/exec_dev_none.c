@@ -2,7 +2,8 @@
  * buffers never reach them, because the API refuses them first (commDevAvailable() == 0); each still
  * fails cleanly with a WARN. */
 #ifndef COMM_HAVE_CUDA
-#include "core.h"
+#include "check.h"
+#include "communicator.h"
 #include "debug.h"
 #include "exec.h"
 #include "exec_dev.h"
@@ -22,7 +23,7 @@ commResult_t commDevScratch(struct commComm* comm, size_t bytes, void** scratch)
   (void)comm, (void)bytes, (void)scratch;
   return noExecutor("commDevScratch");
 }
-commResult_t commDevRunCached(struct commComm* comm, const struct commTask* t, int* launched) {
+commResult_t commDevRunCached(struct commComm* comm, const commDevCall* t, int* launched) {
   (void)comm, (void)t;
   *launched = 0;
   return commSuccess;
@@ -31,29 +32,6 @@ commResult_t commDevPollError(struct commComm* comm) { (void)comm; return commSu
 commResult_t commDevSync(struct commComm* comm) { (void)comm; return commSuccess; }
 void commDevAbort(struct commComm* comm) { (void)comm; }
 void commDevFree(struct commComm* comm) { (void)comm; }
-commResult_t commDevHostAlloc(int cudaDev, size_t bytes, void** host, void** dev) {
-  (void)cudaDev, (void)bytes, (void)host, (void)dev;
-  return noExecutor("commDevHostAlloc");
-}
-void commDevHostFree(int cudaDev, void* host) { (void)cudaDev, (void)host; }
-commResult_t commDevHostRegister(int cudaDev, void* host, size_t bytes, void** dev) {
-  (void)cudaDev, (void)host, (void)bytes, (void)dev;
-  return noExecutor("commDevHostRegister");
-}
-void commDevHostUnregister(int cudaDev, void* host) { (void)cudaDev, (void)host; }
-commResult_t commDevMemAlloc(int cudaDev, size_t bytes, void** ptr) {
-  (void)cudaDev, (void)bytes, *ptr = NULL;
-  return noExecutor("commDevMemAlloc");
-}
-void commDevMemFree(int cudaDev, void* ptr) { (void)cudaDev, (void)ptr; }
-commResult_t commDevBindThread(int cudaDev) {
-  (void)cudaDev;
-  return noExecutor("commDevBindThread");
-}
-int commDevCopy(void* dst, const void* src, size_t bytes) {
-  (void)dst, (void)src, (void)bytes;
-  return 1;
-}
 #else
 typedef int commExecDevNoneUnused; /* ISO C wants something in a translation unit */
 #endif

@@ -12,29 +12,6 @@
 
 #define CHECK_INTERVAL_NS 1000000LL /* ask transports whether a silent peer is still there */
 
-commResult_t commPlanPrepare(commPlan* plan, void* scratch) {
-  if (plan->sched.scratchElems > 0) {
-    if (scratch == NULL) {
-      WARN("%s needs %zu elements of scratch and got none", commFuncName(plan->func), plan->sched.scratchElems);
-      return commInternalError;
-    }
-    plan->bufs[COMM_BUF_SCRATCH] = scratch;
-  }
-  memset(plan->progress, 0, sizeof(plan->progress));
-  plan->done = 0;
-  plan->lastProgressNs = commTimeNs();
-  plan->lastCheckNs = plan->lastProgressNs;
-  plan->waitChannel = plan->waitPeer = -1;
-  return commSuccess;
-}
-
-void commPlanFree(commPlan* plan) {
-  if (plan == NULL) return;
-  commSchedFree(&plan->sched);
-  free(plan->bufs);
-  free(plan);
-}
-
 static inline char* bufPtr(const commPlan* plan, commBufRef ref) {
   return (char*)plan->bufs[ref.buf] + ref.offset * plan->eltSize;
 }
@@ -117,17 +94,170 @@ static inline void noteWait(commPlan* plan, int channel, int peer, int isSend) {
   plan->waitIsSend = isSend;
 }
 
+/* SEND, COPY_SEND: the step's data into sc's FIFO slot by slot (COPY_SEND: into dst as well). */
+static commResult_t stepSend(commPlan* plan, int c, const commStep* st, commConn* sc, commChannelProgress* pr,
+                             int* finished) {
+  commComm* comm = plan->comm;
+  const size_t elt = plan->eltSize;
+  const size_t piece = comm->slotBytes / elt;
+  const int flags = st->flags;
+  commResult_t perr = commSuccess;
+  if (sc == NULL && st->count > 0) return missingConn(plan, c, st->sendPeer, 1);
+  while (pr->workDone < st->count) {
+    size_t n = COMM_MIN(piece, st->count - pr->workDone);
+    char* slot = sendSlot(comm, sc, &perr);
+    if (perr != commSuccess) return perr;
+    if (slot == NULL) {
+      noteWait(plan, c, st->sendPeer, 1);
+      return commSuccess;
+    }
+    const char* src = bufPtr(plan, st->src) + pr->workDone * elt;
+    copyOp(plan, slot, src, n, flags);
+    if (st->prim == COMM_PRIM_COPY_SEND) {
+      char* dst = bufPtr(plan, st->dst) + pr->workDone * elt;
+      if (dst != src || opActs(plan, flags)) memcpy(dst, slot, n * elt);
+    }
+    COMMCHECK(sendPost(comm, sc, n * elt));
+    pr->workDone += n;
+    plan->progressed = 1;
+  }
+  *finished = 1;
+  return commSuccess;
+}
+
+/* RECV, RECV_REDUCE_COPY: rc's FIFO slots into dst (RECV_REDUCE_COPY: reduced with src). */
+static commResult_t stepRecv(commPlan* plan, int c, const commStep* st, commConn* rc, commChannelProgress* pr,
+                             int* finished) {
+  commComm* comm = plan->comm;
+  const size_t elt = plan->eltSize;
+  const size_t piece = comm->slotBytes / elt;
+  const int flags = st->flags;
+  commResult_t perr = commSuccess;
+  if (rc == NULL && st->count > 0) return missingConn(plan, c, st->recvPeer, 0);
+  while (pr->workDone < st->count) {
+    size_t n = COMM_MIN(piece, st->count - pr->workDone), got;
+    char* slot = recvSlot(comm, rc, &got, &perr);
+    if (perr != commSuccess) return perr;
+    if (slot == NULL) {
+      noteWait(plan, c, st->recvPeer, 0);
+      return commSuccess;
+    }
+    if (got != n * elt) return sizeMismatch(plan, c, st->recvPeer, got, n * elt);
+    char* dst = bufPtr(plan, st->dst) + pr->workDone * elt;
+    if (st->prim == COMM_PRIM_RECV) {
+      copyOp(plan, dst, slot, n, flags & COMM_STEP_POST);
+    } else {
+      commReduceLocal(&plan->redop, dst, slot, bufPtr(plan, st->src) + pr->workDone * elt, n, flags & COMM_STEP_PRE,
+                      flags & COMM_STEP_POST);
+    }
+    recvRelease(rc);
+    pr->workDone += n;
+    plan->progressed = 1;
+  }
+  *finished = 1;
+  return commSuccess;
+}
+
+/* RECV_REDUCE_SEND, RECV_COPY_SEND, RECV_REDUCE_COPY_SEND: each slot of rc, reduced with src or copied
+ * (the _COPY forms: into dst too), forwarded into a slot of sc. */
+static commResult_t stepRecvSend(commPlan* plan, int c, const commStep* st, commConn* sc, commConn* rc,
+                                 commChannelProgress* pr, int* finished) {
+  commComm* comm = plan->comm;
+  const size_t elt = plan->eltSize;
+  const size_t piece = comm->slotBytes / elt;
+  const int flags = st->flags;
+  commResult_t perr = commSuccess;
+  if (st->count > 0 && sc == NULL) return missingConn(plan, c, st->sendPeer, 1);
+  if (st->count > 0 && rc == NULL) return missingConn(plan, c, st->recvPeer, 0);
+  while (pr->workDone < st->count) {
+    size_t n = COMM_MIN(piece, st->count - pr->workDone), got;
+    char* in = recvSlot(comm, rc, &got, &perr);
+    if (perr != commSuccess) return perr;
+    if (in == NULL) {
+      noteWait(plan, c, st->recvPeer, 0);
+      return commSuccess;
+    }
+    char* out = sendSlot(comm, sc, &perr);
+    if (perr != commSuccess) return perr;
+    if (out == NULL) {
+      noteWait(plan, c, st->sendPeer, 1);
+      return commSuccess;
+    }
+    if (got != n * elt) return sizeMismatch(plan, c, st->recvPeer, got, n * elt);
+    size_t off = pr->workDone * elt;
+    if (st->prim == COMM_PRIM_RECV_REDUCE_SEND) {
+      commReduceLocal(&plan->redop, out, in, bufPtr(plan, st->src) + off, n, flags & COMM_STEP_PRE,
+                      flags & COMM_STEP_POST);
+    } else if (st->prim == COMM_PRIM_RECV_COPY_SEND) {
+      char* dst = bufPtr(plan, st->dst) + off;
+      copyOp(plan, dst, in, n, flags & COMM_STEP_POST);
+      memcpy(out, dst, n * elt);
+    } else {
+      char* dst = bufPtr(plan, st->dst) + off;
+      commReduceLocal(&plan->redop, dst, in, bufPtr(plan, st->src) + off, n, flags & COMM_STEP_PRE,
+                      flags & COMM_STEP_POST);
+      memcpy(out, dst, n * elt);
+    }
+    COMMCHECK(sendPost(comm, sc, n * elt));
+    recvRelease(rc);
+    pr->workDone += n;
+    plan->progressed = 1;
+  }
+  *finished = 1;
+  return commSuccess;
+}
+
+/* SEND_RECV: the send half and the receive half each as far as it goes (neither waits for the other). */
+static commResult_t stepSendRecv(commPlan* plan, int c, const commStep* st, commConn* sc, commConn* rc,
+                                 commChannelProgress* pr, int* finished) {
+  commComm* comm = plan->comm;
+  const size_t elt = plan->eltSize;
+  const size_t piece = comm->slotBytes / elt;
+  const int flags = st->flags;
+  commResult_t perr = commSuccess;
+  size_t sendCount = st->sendPeer >= 0 ? st->count : 0;
+  size_t recvCount = st->recvPeer >= 0 ? st->recvCount : 0;
+  if (sendCount > 0 && sc == NULL) return missingConn(plan, c, st->sendPeer, 1);
+  if (recvCount > 0 && rc == NULL) return missingConn(plan, c, st->recvPeer, 0);
+  while (pr->sendDone < sendCount) {
+    size_t n = COMM_MIN(piece, sendCount - pr->sendDone);
+    char* slot = sendSlot(comm, sc, &perr);
+    if (perr != commSuccess) return perr;
+    if (slot == NULL) {
+      noteWait(plan, c, st->sendPeer, 1);
+      break;
+    }
+    copyOp(plan, slot, bufPtr(plan, st->src) + pr->sendDone * elt, n, flags & COMM_STEP_PRE);
+    COMMCHECK(sendPost(comm, sc, n * elt));
+    pr->sendDone += n;
+    plan->progressed = 1;
+  }
+  while (pr->recvDone < recvCount) {
+    size_t n = COMM_MIN(piece, recvCount - pr->recvDone), got;
+    char* slot = recvSlot(comm, rc, &got, &perr);
+    if (perr != commSuccess) return perr;
+    if (slot == NULL) {
+      noteWait(plan, c, st->recvPeer, 0);
+      break;
+    }
+    if (got != n * elt) return sizeMismatch(plan, c, st->recvPeer, got, n * elt);
+    memcpy(bufPtr(plan, st->dst) + pr->recvDone * elt, slot, n * elt);
+    recvRelease(rc);
+    pr->recvDone += n;
+    plan->progressed = 1;
+  }
+  *finished = pr->sendDone == sendCount && pr->recvDone == recvCount;
+  return commSuccess;
+}
+
 /* Advance one step as far as possible. *finished = 1 when the step is complete. */
 static commResult_t stepProgress(commPlan* plan, int c, const commStep* st, commChannelProgress* pr,
                                  int* finished) {
   commComm* comm = plan->comm;
-  const size_t elt = plan->eltSize;
-  const size_t piece = comm->slotBytes / elt;
   commChannel* ch = &comm->channels[c];
   commConn* sc = st->sendPeer >= 0 ? ch->send[st->sendPeer] : NULL;
   commConn* rc = st->recvPeer >= 0 ? ch->recv[st->recvPeer] : NULL;
   const int flags = st->flags;
-  commResult_t perr = commSuccess;
   *finished = 0;
 
   switch (st->prim) {
@@ -146,132 +276,13 @@ static commResult_t stepProgress(commPlan* plan, int c, const commStep* st, comm
       return commSuccess;
     }
     case COMM_PRIM_SEND:
-    case COMM_PRIM_COPY_SEND: {
-      if (sc == NULL && st->count > 0) return missingConn(plan, c, st->sendPeer, 1);
-      while (pr->workDone < st->count) {
-        size_t n = COMM_MIN(piece, st->count - pr->workDone);
-        char* slot = sendSlot(comm, sc, &perr);
-        if (perr != commSuccess) return perr;
-        if (slot == NULL) {
-          noteWait(plan, c, st->sendPeer, 1);
-          return commSuccess;
-        }
-        const char* src = bufPtr(plan, st->src) + pr->workDone * elt;
-        copyOp(plan, slot, src, n, flags);
-        if (st->prim == COMM_PRIM_COPY_SEND) {
-          char* dst = bufPtr(plan, st->dst) + pr->workDone * elt;
-          if (dst != src || opActs(plan, flags)) memcpy(dst, slot, n * elt);
-        }
-        COMMCHECK(sendPost(comm, sc, n * elt));
-        pr->workDone += n;
-        plan->progressed = 1;
-      }
-      *finished = 1;
-      return commSuccess;
-    }
+    case COMM_PRIM_COPY_SEND: return stepSend(plan, c, st, sc, pr, finished);
     case COMM_PRIM_RECV:
-    case COMM_PRIM_RECV_REDUCE_COPY: {
-      if (rc == NULL && st->count > 0) return missingConn(plan, c, st->recvPeer, 0);
-      while (pr->workDone < st->count) {
-        size_t n = COMM_MIN(piece, st->count - pr->workDone), got;
-        char* slot = recvSlot(comm, rc, &got, &perr);
-        if (perr != commSuccess) return perr;
-        if (slot == NULL) {
-          noteWait(plan, c, st->recvPeer, 0);
-          return commSuccess;
-        }
-        if (got != n * elt) return sizeMismatch(plan, c, st->recvPeer, got, n * elt);
-        char* dst = bufPtr(plan, st->dst) + pr->workDone * elt;
-        if (st->prim == COMM_PRIM_RECV) {
-          copyOp(plan, dst, slot, n, flags & COMM_STEP_POST);
-        } else {
-          commReduceLocal(&plan->redop, dst, slot, bufPtr(plan, st->src) + pr->workDone * elt, n, flags & COMM_STEP_PRE,
-                     flags & COMM_STEP_POST);
-        }
-        recvRelease(rc);
-        pr->workDone += n;
-        plan->progressed = 1;
-      }
-      *finished = 1;
-      return commSuccess;
-    }
+    case COMM_PRIM_RECV_REDUCE_COPY: return stepRecv(plan, c, st, rc, pr, finished);
     case COMM_PRIM_RECV_REDUCE_SEND:
     case COMM_PRIM_RECV_COPY_SEND:
-    case COMM_PRIM_RECV_REDUCE_COPY_SEND: {
-      if (st->count > 0 && sc == NULL) return missingConn(plan, c, st->sendPeer, 1);
-      if (st->count > 0 && rc == NULL) return missingConn(plan, c, st->recvPeer, 0);
-      while (pr->workDone < st->count) {
-        size_t n = COMM_MIN(piece, st->count - pr->workDone), got;
-        char* in = recvSlot(comm, rc, &got, &perr);
-        if (perr != commSuccess) return perr;
-        if (in == NULL) {
-          noteWait(plan, c, st->recvPeer, 0);
-          return commSuccess;
-        }
-        char* out = sendSlot(comm, sc, &perr);
-        if (perr != commSuccess) return perr;
-        if (out == NULL) {
-          noteWait(plan, c, st->sendPeer, 1);
-          return commSuccess;
-        }
-        if (got != n * elt) return sizeMismatch(plan, c, st->recvPeer, got, n * elt);
-        size_t off = pr->workDone * elt;
-        if (st->prim == COMM_PRIM_RECV_REDUCE_SEND) {
-          commReduceLocal(&plan->redop, out, in, bufPtr(plan, st->src) + off, n, flags & COMM_STEP_PRE,
-                     flags & COMM_STEP_POST);
-        } else if (st->prim == COMM_PRIM_RECV_COPY_SEND) {
-          char* dst = bufPtr(plan, st->dst) + off;
-          copyOp(plan, dst, in, n, flags & COMM_STEP_POST);
-          memcpy(out, dst, n * elt);
-        } else {
-          char* dst = bufPtr(plan, st->dst) + off;
-          commReduceLocal(&plan->redop, dst, in, bufPtr(plan, st->src) + off, n, flags & COMM_STEP_PRE,
-                     flags & COMM_STEP_POST);
-          memcpy(out, dst, n * elt);
-        }
-        COMMCHECK(sendPost(comm, sc, n * elt));
-        recvRelease(rc);
-        pr->workDone += n;
-        plan->progressed = 1;
-      }
-      *finished = 1;
-      return commSuccess;
-    }
-    case COMM_PRIM_SEND_RECV: {
-      size_t sendCount = st->sendPeer >= 0 ? st->count : 0;
-      size_t recvCount = st->recvPeer >= 0 ? st->recvCount : 0;
-      if (sendCount > 0 && sc == NULL) return missingConn(plan, c, st->sendPeer, 1);
-      if (recvCount > 0 && rc == NULL) return missingConn(plan, c, st->recvPeer, 0);
-      while (pr->sendDone < sendCount) {
-        size_t n = COMM_MIN(piece, sendCount - pr->sendDone);
-        char* slot = sendSlot(comm, sc, &perr);
-        if (perr != commSuccess) return perr;
-        if (slot == NULL) {
-          noteWait(plan, c, st->sendPeer, 1);
-          break;
-        }
-        copyOp(plan, slot, bufPtr(plan, st->src) + pr->sendDone * elt, n, flags & COMM_STEP_PRE);
-        COMMCHECK(sendPost(comm, sc, n * elt));
-        pr->sendDone += n;
-        plan->progressed = 1;
-      }
-      while (pr->recvDone < recvCount) {
-        size_t n = COMM_MIN(piece, recvCount - pr->recvDone), got;
-        char* slot = recvSlot(comm, rc, &got, &perr);
-        if (perr != commSuccess) return perr;
-        if (slot == NULL) {
-          noteWait(plan, c, st->recvPeer, 0);
-          break;
-        }
-        if (got != n * elt) return sizeMismatch(plan, c, st->recvPeer, got, n * elt);
-        memcpy(bufPtr(plan, st->dst) + pr->recvDone * elt, slot, n * elt);
-        recvRelease(rc);
-        pr->recvDone += n;
-        plan->progressed = 1;
-      }
-      *finished = pr->sendDone == sendCount && pr->recvDone == recvCount;
-      return commSuccess;
-    }
+    case COMM_PRIM_RECV_REDUCE_COPY_SEND: return stepRecvSend(plan, c, st, sc, rc, pr, finished);
+    case COMM_PRIM_SEND_RECV: return stepSendRecv(plan, c, st, sc, rc, pr, finished);
     default:
       WARN("rank %d: %s: unknown primitive %d in schedule", comm->rank, commFuncName(plan->func), st->prim);
       return commInternalError;
@@ -351,7 +362,7 @@ commResult_t commExecHostProgress(commPlan* plan, int* done) {
   if (allDone) {
     plan->done = 1;
     *done = 1;
-    if (comm->nNetConns > 0) commNetKickProxy(comm);
+    if (comm->nNetConns > 0) commTransportOpDone(comm);
     return commSuccess;
   }
   if (!plan->progressed) COMMCHECK(checkStalled(plan));
@@ -379,12 +390,7 @@ commResult_t commExecHostRun(commPlan** plans, int nPlans) {
       int done;
       commLogSetRank(p->comm->rank);
       res = commExecHostProgress(p, &done);
-      if (res != commSuccess) {
-        /* The FIFOs of every unfinished plan's communicator are now out of step with their peers. */
-        for (int k = 0; k < nPlans; k++)
-          if (!plans[k]->done) commSetAsyncError(plans[k]->comm, res);
-        return res;
-      }
+      if (res != commSuccess) return res; /* the caller marks the unfinished plans' communicators */
       progressed |= p->progressed;
     }
     if (allDone) break;

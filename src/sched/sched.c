@@ -38,24 +38,6 @@ const char* commAlgoName(int algo) {
   return algoNames[algo];
 }
 
-commSchedBuilder_t commAlgoBuilder(int algo, commFunc_t func) {
-  switch (algo) {
-    case commAlgoRing:
-      return func == commFuncAllReduce || func == commFuncBroadcast || func == commFuncReduce ||
-                     func == commFuncAllGather || func == commFuncReduceScatter
-                 ? commRingBuild
-                 : NULL;
-    case commAlgoTree:
-    case commAlgoCollTree:
-      if (func != commFuncAllReduce && func != commFuncBroadcast && func != commFuncReduce) return NULL;
-      return algo == commAlgoTree ? commTreeBuild : commCollTreeBuild;
-    case commAlgoPat: return func == commFuncAllGather || func == commFuncReduceScatter ? commPatBuild : NULL;
-    case commAlgoOneShot: return func == commFuncAllReduce ? commOneShotBuild : NULL;
-    case commAlgoPairwise: return func == commFuncAllToAll ? commAllToAllBuild : NULL;
-    default: return NULL;
-  }
-}
-
 size_t commSplitUnit(size_t eltSize, size_t maxPart) {
   size_t unit = eltSize > 0 && eltSize < 16 && 16 % eltSize == 0 ? 16 / eltSize : 1;
   return maxPart >= 2 * unit ? unit : 1;
@@ -152,4 +134,10 @@ void commSchedPrint(const commSchedule* s, int rank, void* file) {
       fprintf(f, "\n");
     }
   }
+}
+
+size_t commFuncBytes(commFunc_t f, size_t count, size_t eltSize, int nRanks) {
+  size_t bytes = count * eltSize;
+  if (f == commFuncAllGather || f == commFuncReduceScatter || f == commFuncAllToAll) bytes *= (size_t)nRanks;
+  return bytes;
 }

@@ -595,9 +595,9 @@ exit:
 
 #define P2P_SRC_BASE(buf) ((size_t)(buf) << 40)
 
-commResult_t commVerifyP2p(int nRanks, const commP2pOp* const* ops, const int* nOps, size_t fifoElems,
-                           size_t pieceElems, commVerifyStats* stats) {
-  if (ops == NULL || nOps == NULL) {
+commResult_t commVerifyP2p(int nRanks, const commP2pOp* const* ops, const int* nOps, commP2pBuilder_t build,
+                           size_t fifoElems, size_t pieceElems, commVerifyStats* stats) {
+  if (ops == NULL || nOps == NULL || build == NULL) {
     WARN("commVerifyP2p: NULL argument");
     return commInvalidArgument;
   }
@@ -605,7 +605,7 @@ commResult_t commVerifyP2p(int nRanks, const commP2pOp* const* ops, const int* n
   commResult_t res = simInit(&v, nRanks, 0, fifoElems, pieceElems, 1);
   if (res != commSuccess) goto exit;
   for (int r = 0; r < nRanks; r++) {
-    res = commP2pBuild(r, nRanks, ops[r], nOps[r], &v.sched[r]);
+    res = build(r, nRanks, ops[r], nOps[r], &v.sched[r]);
     if (res != commSuccess) {
       WARN("schedule verification: building send/recv for rank %d failed (%d)", r, (int)res);
       goto exit;

@@ -1,4 +1,4 @@
-/* Discovery of this machine as one topology host (see src/include/topo.h), and the machine summary logged
+/* Discovery of this machine as one topology host (see src/topo/topo.h), and the machine summary logged
  * at init.
  *
  * Sources, each optional (what cannot be read is a WARN once per discovery and a default, never an error):

@@ -1,4 +1,4 @@
-/* The topology graph: builder, links, best paths and queries (see src/include/topo.h). */
+/* The topology graph: builder, links, best paths and queries (see src/topo/topo.h). */
 #include <ctype.h>
 #include <dlfcn.h>
 #include <pthread.h>

@@ -1,5 +1,5 @@
 /* Placement over the topology: which NIC each rank uses, the order of ranks in rings, the transport between
- * two ranks, and binding helper threads near their device (see src/include/topo.h). */
+ * two ranks, and binding helper threads near their device (see src/topo/topo.h). */
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>

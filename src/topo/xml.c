@@ -1,5 +1,5 @@
 /* Topology files: a small XML reader that fills the graph through the builder (the canonical writer is
- * src/topo/xml_write.c; format in src/include/topo.h). The reader knows only what the format needs: elements, attributes
+ * src/topo/xml_write.c; format in src/topo/topo.h). The reader knows only what the format needs: elements, attributes
  * quoted with " or ', the five predefined entities and ASCII character references, comments and the
  * <?xml ...?> prolog. DTDs, CDATA, processing instructions and text content are errors. Every error is
  * one WARN "<source>:<line>: <what is wrong>" and commInvalidArgument; nothing is returned. */

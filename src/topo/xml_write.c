@@ -1,5 +1,5 @@
 /* The canonical topology file writer: dump -> load -> dump is byte-identical (the reader is
- * src/topo/xml.c; format in src/include/topo.h). */
+ * src/topo/xml.c; format in src/topo/topo.h). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* The tuner's cost model: what each algorithm costs for a call, from the link constants of one table.
- * See src/include/tune.h for the formula. Pure functions: the same inputs give the same answer on every
+ * See src/tune/tune.h for the formula. Pure functions: the same inputs give the same answer on every
  * rank, and tools/comm_sim prices machines we do not have. */
 #include <math.h>
 #include <string.h>
@@ -109,132 +109,172 @@ static double perNic(const commTuneModel* m, double bytesPerNode, double senders
   return bytesPerNode / (nics < 1 ? 1 : nics);
 }
 
-/* Ranks on one node, in position order, are adjacent in flat trees and rings (ranks are grouped by
- * node): of a flat algorithm's log2(n) levels, log2(L) stay within a node and log2(N) cross nodes. */
+/* A communicator's shape as describe() and the per-algorithm costs read it. Ranks on one node, in position
+ * order, are adjacent in flat trees and rings (ranks are grouped by node): of a flat algorithm's log2(n)
+ * levels, log2(L) stay within a node and log2(N) cross nodes. */
+typedef struct {
+  int n, N, L;       /* ranks, nodes, ranks on the most populated node */
+  int intra, inter;  /* link kinds within and between nodes */
+  int gate;          /* a step every rank takes at once (ring, PAT, exchanges) waits for its slowest hop: the
+                      * network once the ranks span nodes */
+  int multi;         /* more than one node */
+  double nn;         /* n as a double */
+} modelShape;
+
+static void costRing(const commTuneModel* m, const modelShape* s, commFunc_t func, double B, int nChannels,
+                   algoCost* c) {
+  const int n = s->n, N = s->N, intra = s->intra, inter = s->inter, multi = s->multi;
+  const double nn = s->nn;
+  /* Node-aware ring: each channel's ring leaves a node once, so a node's NIC carries what one rank
+   * sends. */
+  int perRankBlocks = func == commFuncAllReduce || func == commFuncAllGather || func == commFuncReduceScatter;
+  double perStep = perRankBlocks ? B / (nn * nChannels) : B / nChannels;
+  c->chunk = minD(c->chunk, perStep > 1 ? perStep : 1);
+  double sent, stages;
+  int chain = 0; /* broadcast and reduce: the last chunk crosses every hop */
+  switch (func) {
+    case commFuncAllReduce: stages = 2.0 * (n - 1); sent = 2.0 * (nn - 1) / nn * B; break;
+    case commFuncBroadcast:
+    case commFuncReduce:
+      stages = n - 1;
+      sent = B;
+      chain = 1;
+      break;
+    default: stages = n - 1; sent = (nn - 1) / nn * B; break;
+  }
+  /* The ring's hops run one after another around the ring, and one hop in (n / N) leaves a node. */
+  double crossing = multi ? (double)N / nn : 0.0;
+  c->stages[inter] += stages * crossing;
+  c->stages[intra] += stages * (1.0 - crossing);
+  if (chain) {
+    c->fillStages[inter] += stages * crossing;
+    c->fillStages[intra] += stages * (1.0 - crossing);
+  }
+  c->bytes[intra] = sent;
+  /* Every channel's ring leaves a node from the same rank (one order for all channels), so one NIC. */
+  if (multi) c->bytes[inter] = perNic(m, sent, 1);
+  c->reduced = func == commFuncAllReduce || func == commFuncReduceScatter ? (nn - 1) / nn * B
+               : func == commFuncReduce                                   ? B
+                                                                          : 0;
+  return;
+}
+
+static void costTree(const commTuneModel* m, const modelShape* s, commFunc_t func, double B, int nChannels,
+                   algoCost* c) {
+  const int n = s->n, N = s->N, intra = s->intra, inter = s->inter, multi = s->multi;
+  c->chunk = minD(c->chunk, B / nChannels > 1 ? B / nChannels : 1);
+  int ways = func == commFuncAllReduce ? 2 : 1;
+  int single = func != commFuncAllReduce || nChannels == 1; /* one bit tree (allreduce on one channel) */
+  int depth = single ? commBitTreeDepth(n) : dbtDepth(n);
+  int interDepth = multi ? commBitTreeDepth(N) : 0;
+  if (interDepth > depth) interDepth = depth;
+  c->stages[intra] = c->fillStages[intra] = (double)ways * (depth - interDepth);
+  c->stages[inter] += (double)ways * interDepth;
+  c->fillStages[inter] += (double)ways * interDepth;
+  /* allreduce: interior in one tree (reduce two children's halves, send up, send down to two children),
+   * leaf in the other: 2B sent, B reduced. broadcast: to two children. reduce: once up, two reductions. */
+  /* One tree for everything: an interior rank sends it up once and down twice. */
+  double sent = func == commFuncReduce ? B : (func == commFuncAllReduce && single) ? 3.0 * B : 2.0 * B;
+  c->bytes[intra] = sent;
+  /* Across nodes, a node's ranks are interior and leaf at once: its NIC carries 1.5x one rank's bytes
+   * (tools/comm_sim: 3B for allreduce at 1024 ranks, 8 per node). */
+  if (multi) c->bytes[inter] = perNic(m, 1.5 * sent, nChannels);
+  c->reduced = func == commFuncAllReduce ? B : func == commFuncReduce ? 2.0 * B : 0;
+  return;
+}
+
+static void costCollTree(const commTuneModel* m, const modelShape* s, commFunc_t func, double B, int nChannels,
+                       algoCost* c) {
+  const int N = s->N, L = s->L, intra = s->intra, inter = s->inter, multi = s->multi;
+  c->chunk = minD(c->chunk, B / nChannels > 1 ? B / nChannels : 1);
+  int ways = func == commFuncAllReduce ? 2 : 1;
+  /* Within a node, algorithms/colltree.c runs a chain when it is no longer than the chunks per channel
+   * plus the tree's depth, a bit tree otherwise. */
+  double chunksPerChannel = ceil(B / nChannels / c->chunk);
+  int localStages = L <= 1 ? 0
+                    : (L - 1 <= chunksPerChannel + commBitTreeDepth(L)) ? L - 1
+                                                                       : commBitTreeDepth(L);
+  int interStages = commBitTreeDepth(N);
+  c->stages[intra] = c->fillStages[intra] = (double)ways * localStages;
+  c->stages[inter] += (double)ways * interStages;
+  c->fillStages[inter] += (double)ways * interStages;
+  /* Within the node everyone sends its data once each way. Across nodes each channel's leader (a
+   * different local rank per channel) carries that channel's share; the double binary tree over nodes
+   * balances it, so a node's NICs carry its data once each way (tools/comm_sim: 2B at 64 MiB). */
+  if (localStages > 0) c->bytes[intra] = (double)ways * B;
+  if (multi) c->bytes[inter] = perNic(m, (double)ways * B, minD(nChannels, L));
+  c->reduced = func == commFuncBroadcast ? 0 : 2.0 * B;
+  return;
+}
+
+static void costPat(const commTuneModel* m, const modelShape* s, commFunc_t func, double B, int nChannels,
+                  algoCost* c) {
+  const int n = s->n, L = s->L, intra = s->intra, inter = s->inter, gate = s->gate, multi = s->multi;
+  const double nn = s->nn;
+  /* Every rank exchanges at distances 1, 2, 4, ...: the far rounds, which carry most of the bytes,
+   * cross nodes for every rank of a node at once. */
+  /* algorithms/pat.c runs all rounds once per window of at most 4 chunks (4 MiB) of the n blocks; its
+   * transfers carry up to half the data of a window. */
+  double window = minD(4.0 * c->chunk, 4.0 * 1024 * 1024);
+  double windows = ceil(B / window);
+  c->stages[gate] = ceilLog2(n) * windows;
+  double sent = (nn - 1) / nn * B;
+  c->bytes[intra] = sent;
+  if (multi) c->bytes[inter] = perNic(m, sent * L, L);
+  c->reduced = func == commFuncReduceScatter ? (nn - 1) / nn * B : 0;
+  c->chunk = minD(c->chunk, B / windows / 2 > 1 ? B / windows / 2 : 1);
+  return;
+}
+
+static void costOneShot(const commTuneModel* m, const modelShape* s, commFunc_t func, double B, int nChannels,
+                      algoCost* c) {
+  const int n = s->n, L = s->L, intra = s->intra, inter = s->inter, gate = s->gate, multi = s->multi;
+  const double nn = s->nn;
+  c->stages[gate] = n - 1; /* n-1 exchanges, one after another */
+  double sent = (nn - 1) * B;
+  c->bytes[intra] = sent;
+  if (multi) c->bytes[inter] = perNic(m, sent * L, L);
+  c->reduced = (nn - 1) * B;
+  c->serialReduce = 1; /* the reductions start once every exchange is done */
+  c->chunk = B > 1 ? B : 1;
+  return;
+}
+
+static void costPairwise(const commTuneModel* m, const modelShape* s, commFunc_t func, double B, int nChannels,
+                       algoCost* c) {
+  const int n = s->n, L = s->L, intra = s->intra, inter = s->inter, gate = s->gate, multi = s->multi;
+  const double nn = s->nn;
+  c->stages[gate] = n - 1;
+  double sent = (nn - 1) / nn * B;
+  c->bytes[intra] = sent;
+  if (multi) c->bytes[inter] = perNic(m, sent * L, L);
+  c->chunk = minD(c->chunk, B / nn > 1 ? B / nn : 1);
+  return;
+}
+
 static int describe(const commTuneModel* m, commFunc_t func, int algo, double B, int nChannels, double chunk,
                     algoCost* c) {
   memset(c, 0, sizeof(*c));
-  const int n = m->nRanks, N = m->nNodes, L = m->maxLocalRanks;
-  const int intra = m->intra, inter = m->inter;
-  /* A step every rank takes at once (ring, PAT, exchanges) waits for its slowest hop: the network once
-   * the ranks span nodes. */
-  const int gate = N > 1 ? inter : intra;
-  const double nn = n;
-  const int multi = N > 1;
+  modelShape s;
+  s.n = m->nRanks;
+  s.N = m->nNodes;
+  s.L = m->maxLocalRanks;
+  s.intra = m->intra;
+  s.inter = m->inter;
+  s.gate = s.N > 1 ? s.inter : s.intra;
+  s.multi = s.N > 1;
+  s.nn = s.n;
   c->chunk = chunk;
   if (commAlgoBuilder(algo, func) == NULL) return 0;
-  if (algo == commAlgoOneShot && n > COMM_ONESHOT_MAX_RANKS) return 0;
-  if (n == 1) return 1; /* a local copy: the call's fixed cost */
+  if (algo == commAlgoOneShot && s.n > COMM_ONESHOT_MAX_RANKS) return 0;
+  if (s.n == 1) return 1; /* a local copy: the call's fixed cost */
   switch (algo) {
-    case commAlgoRing: {
-      /* Node-aware ring: each channel's ring leaves a node once, so a node's NIC carries what one rank
-       * sends. */
-      int perRankBlocks = func == commFuncAllReduce || func == commFuncAllGather || func == commFuncReduceScatter;
-      double perStep = perRankBlocks ? B / (nn * nChannels) : B / nChannels;
-      c->chunk = minD(c->chunk, perStep > 1 ? perStep : 1);
-      double sent, stages;
-      int chain = 0; /* broadcast and reduce: the last chunk crosses every hop */
-      switch (func) {
-        case commFuncAllReduce: stages = 2.0 * (n - 1); sent = 2.0 * (nn - 1) / nn * B; break;
-        case commFuncBroadcast:
-        case commFuncReduce:
-          stages = n - 1;
-          sent = B;
-          chain = 1;
-          break;
-        default: stages = n - 1; sent = (nn - 1) / nn * B; break;
-      }
-      /* The ring's hops run one after another around the ring, and one hop in (n / N) leaves a node. */
-      double crossing = multi ? (double)N / nn : 0.0;
-      c->stages[inter] += stages * crossing;
-      c->stages[intra] += stages * (1.0 - crossing);
-      if (chain) {
-        c->fillStages[inter] += stages * crossing;
-        c->fillStages[intra] += stages * (1.0 - crossing);
-      }
-      c->bytes[intra] = sent;
-      /* Every channel's ring leaves a node from the same rank (one order for all channels), so one NIC. */
-      if (multi) c->bytes[inter] = perNic(m, sent, 1);
-      c->reduced = func == commFuncAllReduce || func == commFuncReduceScatter ? (nn - 1) / nn * B
-                   : func == commFuncReduce                                   ? B
-                                                                              : 0;
-      return 1;
-    }
-    case commAlgoTree: {
-      c->chunk = minD(c->chunk, B / nChannels > 1 ? B / nChannels : 1);
-      int ways = func == commFuncAllReduce ? 2 : 1;
-      int single = func != commFuncAllReduce || nChannels == 1; /* one bit tree (allreduce on one channel) */
-      int depth = single ? commBitTreeDepth(n) : dbtDepth(n);
-      int interDepth = multi ? commBitTreeDepth(N) : 0;
-      if (interDepth > depth) interDepth = depth;
-      c->stages[intra] = c->fillStages[intra] = (double)ways * (depth - interDepth);
-      c->stages[inter] += (double)ways * interDepth;
-      c->fillStages[inter] += (double)ways * interDepth;
-      /* allreduce: interior in one tree (reduce two children's halves, send up, send down to two children),
-       * leaf in the other: 2B sent, B reduced. broadcast: to two children. reduce: once up, two reductions. */
-      /* One tree for everything: an interior rank sends it up once and down twice. */
-      double sent = func == commFuncReduce ? B : (func == commFuncAllReduce && single) ? 3.0 * B : 2.0 * B;
-      c->bytes[intra] = sent;
-      /* Across nodes, a node's ranks are interior and leaf at once: its NIC carries 1.5x one rank's bytes
-       * (tools/comm_sim: 3B for allreduce at 1024 ranks, 8 per node). */
-      if (multi) c->bytes[inter] = perNic(m, 1.5 * sent, nChannels);
-      c->reduced = func == commFuncAllReduce ? B : func == commFuncReduce ? 2.0 * B : 0;
-      return 1;
-    }
-    case commAlgoCollTree: {
-      c->chunk = minD(c->chunk, B / nChannels > 1 ? B / nChannels : 1);
-      int ways = func == commFuncAllReduce ? 2 : 1;
-      /* Within a node, algorithms/colltree.c runs a chain when it is no longer than the chunks per channel
-       * plus the tree's depth, a bit tree otherwise. */
-      double chunksPerChannel = ceil(B / nChannels / c->chunk);
-      int localStages = L <= 1 ? 0
-                        : (L - 1 <= chunksPerChannel + commBitTreeDepth(L)) ? L - 1
-                                                                           : commBitTreeDepth(L);
-      int interStages = commBitTreeDepth(N);
-      c->stages[intra] = c->fillStages[intra] = (double)ways * localStages;
-      c->stages[inter] += (double)ways * interStages;
-      c->fillStages[inter] += (double)ways * interStages;
-      /* Within the node everyone sends its data once each way. Across nodes each channel's leader (a
-       * different local rank per channel) carries that channel's share; the double binary tree over nodes
-       * balances it, so a node's NICs carry its data once each way (tools/comm_sim: 2B at 64 MiB). */
-      if (localStages > 0) c->bytes[intra] = (double)ways * B;
-      if (multi) c->bytes[inter] = perNic(m, (double)ways * B, minD(nChannels, L));
-      c->reduced = func == commFuncBroadcast ? 0 : 2.0 * B;
-      return 1;
-    }
-    case commAlgoPat: {
-      /* Every rank exchanges at distances 1, 2, 4, ...: the far rounds, which carry most of the bytes,
-       * cross nodes for every rank of a node at once. */
-      /* algorithms/pat.c runs all rounds once per window of at most 4 chunks (4 MiB) of the n blocks; its
-       * transfers carry up to half the data of a window. */
-      double window = minD(4.0 * c->chunk, 4.0 * 1024 * 1024);
-      double windows = ceil(B / window);
-      c->stages[gate] = ceilLog2(n) * windows;
-      double sent = (nn - 1) / nn * B;
-      c->bytes[intra] = sent;
-      if (multi) c->bytes[inter] = perNic(m, sent * L, L);
-      c->reduced = func == commFuncReduceScatter ? (nn - 1) / nn * B : 0;
-      c->chunk = minD(c->chunk, B / windows / 2 > 1 ? B / windows / 2 : 1);
-      return 1;
-    }
-    case commAlgoOneShot: {
-      c->stages[gate] = n - 1; /* n-1 exchanges, one after another */
-      double sent = (nn - 1) * B;
-      c->bytes[intra] = sent;
-      if (multi) c->bytes[inter] = perNic(m, sent * L, L);
-      c->reduced = (nn - 1) * B;
-      c->serialReduce = 1; /* the reductions start once every exchange is done */
-      c->chunk = B > 1 ? B : 1;
-      return 1;
-    }
-    case commAlgoPairwise: {
-      c->stages[gate] = n - 1;
-      double sent = (nn - 1) / nn * B;
-      c->bytes[intra] = sent;
-      if (multi) c->bytes[inter] = perNic(m, sent * L, L);
-      c->chunk = minD(c->chunk, B / nn > 1 ? B / nn : 1);
-      return 1;
-    }
+    case commAlgoRing: costRing(m, &s, func, B, nChannels, c); return 1;
+    case commAlgoTree: costTree(m, &s, func, B, nChannels, c); return 1;
+    case commAlgoCollTree: costCollTree(m, &s, func, B, nChannels, c); return 1;
+    case commAlgoPat: costPat(m, &s, func, B, nChannels, c); return 1;
+    case commAlgoOneShot: costOneShot(m, &s, func, B, nChannels, c); return 1;
+    case commAlgoPairwise: costPairwise(m, &s, func, B, nChannels, c); return 1;
     default: return 0;
   }
 }

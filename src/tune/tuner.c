@@ -12,7 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "check.h"
+#include "communicator.h"
 #include "debug.h"
 #include "param.h"
 #include "tune.h"
@@ -265,9 +266,7 @@ commResult_t commTuneChoose(struct commComm* comm, commFunc_t func, size_t count
     return commInternalError;
   }
   const commTuneModel* m = &t->model;
-  size_t nBytes = count * eltSize;
-  if (func == commFuncAllGather || func == commFuncReduceScatter || func == commFuncAllToAll)
-    nBytes *= (size_t)comm->nRanks;
+  size_t nBytes = commFuncBytes(func, count, eltSize, comm->nRanks);
   commTuneCacheEntry* hit = &t->cache[(nBytes * 31u + (size_t)func * 7u + (nBytes >> 12)) % COMM_TUNE_CACHE];
   if (!t->plugin && hit->valid && hit->func == (int)func && hit->nBytes == nBytes) {
     *out = hit->choice;
@@ -323,6 +322,7 @@ commResult_t commTuneChoose(struct commComm* comm, commFunc_t func, size_t count
   out->proto = bestProto;
   out->nChannels = pluginChannels ? pluginChannels : commTuneChannels(m, func, best, nBytes);
   out->chunkBytes = commTuneChunkBytes(m, bestProto);
+  out->repeatable = !t->plugin;
   out->predictedUs = table[best][bestProto] >= 0 ? table[best][bestProto]
                                                   : commTunePredict(m, func, best, bestProto, nBytes, out->nChannels,
                                                                     out->chunkBytes, NULL);

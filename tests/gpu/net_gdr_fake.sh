@@ -12,11 +12,15 @@
 #  3. Socket: slots in pinned host memory ("the network plugin cannot reach GPU memory");
 #  4. an NCCL network plugin through the adapter (tests/plugins/nccl_net_example.c, TCP, host memory only), when
 #     BUILD_DIR/tests/libnccl-net-example.so exists: slots in pinned host memory, the plugin loaded.
+# The verbs fake is the module BUILD_DIR/tests/libcomm-verbs-fake.so (tests/fakes/ib_verbs/), given to libcomm
+# as COMM_IB_FAKE_LIB; without it the IB runs fail.
 # Logs under $TMPDIR (default /tmp) as net_gdr_fake.*.txt. Exit 0 when all pass, 77 without a GPU.
 # SPDX-License-Identifier: Apache-2.0
 set -uo pipefail
 [[ $# -ge 1 && -x "$1/tests/test_gpu_coll" ]] || { echo "usage: $0 BUILD_DIR (BUILD_DIR/tests/test_gpu_coll)" >&2; exit 2; }
 bin=$1/tests/test_gpu_coll
+fake=$(cd "$1/tests" && pwd)/libcomm-verbs-fake.so
+[[ -f $fake ]] || echo "net_gdr_fake: no $fake (target comm_verbs_fake): the IB runs will fail" >&2
 dir=${TMPDIR:-/tmp} # run_on_gpu.sh points it at its log folder
 fails=0
 # run NAME EXPECT_REGEX REJECT_REGEX VAR=value...
@@ -24,7 +28,7 @@ run() {
   local name=$1 expect=$2 reject=$3
   shift 3
   local log=$dir/net_gdr_fake.$name.txt
-  env "$@" COMM_P2P_DISABLE=1 COMM_SHM_DISABLE=1 COMM_DEBUG=INFO COMM_DEBUG_SUBSYS=NET,IB \
+  env COMM_IB_FAKE_LIB="$fake" "$@" COMM_P2P_DISABLE=1 COMM_SHM_DISABLE=1 COMM_DEBUG=INFO COMM_DEBUG_SUBSYS=NET,IB \
     timeout 900 "$bin" -q -n 2,4 > "$log" 2>&1
   local rc=$?
   [[ $rc == 77 ]] && { echo "net_gdr_fake: SKIP (no GPU)"; exit 77; }

@@ -56,7 +56,8 @@ BENCHES=("bench/gpu_launch_bench -n 10000 -r 9" "bench/gpu_reduce_bench -s 26843
 # argument; every other command is a binary under BUILD. @NGPUS@ stands for the number of GPUs there.
 SCRIPT_BINS=("bench/nccl_compare" "perf/allreduce_perf" "perf/allgather_perf") # what those scripts run
 # target:file, for tests/gpu/torch_dropin.sh and tests/gpu/net_gdr_fake.sh
-SCRIPT_LIBS=("nccl_compat:compat/nccl/libnccl.so.2" "nccl_net_example:tests/libnccl-net-example.so")
+SCRIPT_LIBS=("nccl_compat:compat/nccl/libnccl.so.2" "nccl_net_example:tests/libnccl-net-example.so"
+             "comm_verbs_fake:tests/libcomm-verbs-fake.so")
 
 case $MODE in
   build)

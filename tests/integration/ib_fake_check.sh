@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# ib_fake_check.sh MP_COLLS IB_BUILT
-# The built-in IB network (transports/ib/net_ib.c, chosen in transports/net.c) end to end, over the
-# in-process fake verbs (COMM_IB_FAKE, for tests only): mp_colls with 4 ranks as threads of one process
+# ib_fake_check.sh MP_COLLS IB_BUILT FAKE_LIB
+# The built-in IB network (transports/net/ib/net_ib.c, chosen in transports/net/net_plugin.c) end to end, over the
+# verbs fake (COMM_IB_FAKE, for tests only; the module FAKE_LIB, libcomm-verbs-fake.so of tests/fakes/ib_verbs/,
+# given to the library as COMM_IB_FAKE_LIB): mp_colls with 4 ranks as threads of one process
 # (the fake connects QPs only within a process), COMM_SHM_DISABLE=1 so every connection uses the network.
 # Checks, from the INFO log, that
 #  - COMM_NET=IB over 2 fake InfiniBand devices: every collective passes, every connection goes
@@ -9,12 +10,15 @@
 #  - the same with COMM_IB_QPS_PER_CONNECTION=4 (the plugin logs 4 QPs per connection);
 #  - COMM_IB_FAKE=2:roce without COMM_NET: the automatic choice is IB (RoCE v2 fake devices);
 #  - without COMM_IB_FAKE on a machine with no RDMA device: the automatic choice is Socket, with the INFO
-#    line giving the reason; and COMM_NET=IB there is a WARN and falls back to Socket, collectives passing.
+#    line giving the reason; and COMM_NET=IB there is a WARN and falls back to Socket, collectives passing;
+#  - COMM_IB_FAKE with a module that cannot be loaded: a WARN saying so, IB not used (the automatic choice is
+#    Socket with the reason; COMM_NET=IB WARNs and falls back to Socket).
 # IB_BUILT is 1 when the library has the IB transport (COMM_HAVE_IBVERBS); otherwise the test is skipped (77).
 # SPDX-License-Identifier: Apache-2.0
 set -uo pipefail
-MP=${1:?usage: ib_fake_check.sh MP_COLLS IB_BUILT}
-BUILT=${2:?usage: ib_fake_check.sh MP_COLLS IB_BUILT}
+MP=${1:?usage: ib_fake_check.sh MP_COLLS IB_BUILT FAKE_LIB}
+BUILT=${2:?usage: ib_fake_check.sh MP_COLLS IB_BUILT FAKE_LIB}
+FAKE=${3:-}
 case "$BUILT" in
   1 | ON | TRUE | true | on) ;;
   *)
@@ -22,10 +26,11 @@ case "$BUILT" in
     exit 77
     ;;
 esac
+[[ -f $FAKE ]] || { echo "ib_fake_check: FAIL: no verbs fake module '$FAKE' (libcomm-verbs-fake.so)"; exit 1; }
 LOGS=$(mktemp -d "${TMPDIR:-/tmp}/ib_fake_check.XXXXXX")
 trap 'if [[ -n "${KEEP_LOGS:-}" ]]; then echo "ib_fake_check: logs kept in $LOGS"; else rm -rf "$LOGS"; fi' EXIT
 # Only what each run sets below may steer the choice.
-unset COMM_NET COMM_NET_PLUGIN COMM_IB_FAKE COMM_IB_HCA COMM_IB_QPS_PER_CONNECTION COMM_DEBUG_SUBSYS \
+unset COMM_NET COMM_NET_PLUGIN COMM_IB_FAKE COMM_IB_FAKE_LIB COMM_IB_HCA COMM_IB_QPS_PER_CONNECTION COMM_DEBUG_SUBSYS \
   COMM_DEBUG_FILE COMM_HOSTID
 
 fails=0
@@ -73,7 +78,7 @@ check_net() {
 }
 
 # 1. COMM_NET=IB over two fake InfiniBand devices.
-if run ib.fake2 COMM_IB_FAKE=2 COMM_NET=IB -- -np 4 -t; then
+if run ib.fake2 COMM_IB_FAKE=2 COMM_IB_FAKE_LIB="$FAKE" COMM_NET=IB -- -np 4 -t; then
   check_net ib.fake2 IB
   has ib.fake2 -F "NET : using the built-in IB network (COMM_NET=IB)" ||
     fail "ib.fake2: no INFO line saying COMM_NET=IB chose the built-in IB network"
@@ -85,7 +90,7 @@ if run ib.fake2 COMM_IB_FAKE=2 COMM_NET=IB -- -np 4 -t; then
 fi
 
 # 2. The same with 4 QPs per connection.
-if run ib.qps4 COMM_IB_FAKE=2 COMM_NET=IB COMM_IB_QPS_PER_CONNECTION=4 -- -np 4 -t; then
+if run ib.qps4 COMM_IB_FAKE=2 COMM_IB_FAKE_LIB="$FAKE" COMM_NET=IB COMM_IB_QPS_PER_CONNECTION=4 -- -np 4 -t; then
   check_net ib.qps4 IB
   has ib.qps4 -E "NET/IB : .* with 4 QP\(s\)" || fail "ib.qps4: no connection logged with 4 QPs"
   if has ib.qps4 -E "with [0-35-9] QP\(s\)"; then fail "ib.qps4: a connection without 4 QPs"; fi
@@ -93,7 +98,7 @@ if run ib.qps4 COMM_IB_FAKE=2 COMM_NET=IB COMM_IB_QPS_PER_CONNECTION=4 -- -np 4 
 fi
 
 # 3. Automatic choice over fake RoCE devices: IB.
-if run ib.roce.auto COMM_IB_FAKE=2:roce -- -np 4 -t -q; then
+if run ib.roce.auto COMM_IB_FAKE=2:roce COMM_IB_FAKE_LIB="$FAKE" -- -np 4 -t -q; then
   check_net ib.roce.auto IB
   has ib.roce.auto -F "NET : using the built-in IB network (automatic" ||
     fail "ib.roce.auto: no INFO line saying the automatic choice was IB"
@@ -115,6 +120,21 @@ else
     has socket.forced_ib -F "COMM WARN NET : COMM_NET=IB but IB cannot be used: " ||
       fail "socket.forced_ib: no WARN saying why IB could not be used"
   fi
+fi
+
+# 5. COMM_IB_FAKE with a module that cannot be loaded: a WARN, and IB is not used.
+nolib=$LOGS/no-such-libcomm-verbs-fake.so
+if run nolib.auto COMM_IB_FAKE=2 COMM_IB_FAKE_LIB="$nolib" -- -np 2 -t -q; then
+  check_net nolib.auto Socket
+  has nolib.auto -F "COMM WARN NET/IB : COMM_IB_FAKE=2 but the verbs fake module $nolib cannot be loaded" ||
+    fail "nolib.auto: no WARN saying the verbs fake module cannot be loaded"
+  has nolib.auto -F "NET : using the built-in Socket network (automatic: IB cannot be used: COMM_IB_FAKE=2 but" ||
+    fail "nolib.auto: no INFO line giving the module as the reason for the automatic choice of Socket"
+fi
+if run nolib.forced_ib COMM_IB_FAKE=2 COMM_IB_FAKE_LIB="$nolib" COMM_NET=IB -- -np 2 -t -q; then
+  check_net nolib.forced_ib Socket
+  has nolib.forced_ib -F "COMM WARN NET : COMM_NET=IB but IB cannot be used: COMM_IB_FAKE=2 but" ||
+    fail "nolib.forced_ib: no WARN saying why IB could not be used"
 fi
 
 if [[ $fails -ne 0 ]]; then

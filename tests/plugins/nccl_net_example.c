@@ -1,6 +1,6 @@
-/* An example network plugin in NCCL's shape (it exports ncclNetPlugin_v8, declared in src/include/net_nccl.h),
+/* An example network plugin in NCCL's shape (it exports ncclNetPlugin_v8, declared in transports/net/nccl/net_nccl.h),
  * over plain TCP: the tests load it into libcomm with COMM_NET_PLUGIN to prove the NCCL plugin adapter
- * (transports/net_nccl.c) end to end.
+ * (transports/net/nccl/net_nccl.c) end to end.
  *
  * One device: the first IPv4 interface that is up and not loopback, else loopback; NCCL_EXAMPLE_NET_ADDR=a.b.c.d
  * picks the address. listen() binds an ephemeral port on it and puts the address in the handle. connect()
@@ -15,7 +15,7 @@
  * ncclNetPlugin_v9; 10 exports ncclNetPlugin_v10 and a v8 table named ExampleTcpV8 (a loader must take the
  * newest); 7 exports only a dummy ncclNetPlugin_v7 (an unsupported version: a loader must refuse it).
  *
- * Build: cc -shared -fPIC -I src/include nccl_net_example.c -o libnccl-net-example.so
+ * Build: cc -shared -fPIC -I transports/net/nccl nccl_net_example.c -o libnccl-net-example.so
  * Use:   COMM_NET_PLUGIN=/path/libnccl-net-example.so (or COMM_NET_PLUGIN=example if on the search path)
  * SPDX-License-Identifier: Apache-2.0 */
 #ifndef _GNU_SOURCE

@@ -1,4 +1,4 @@
-/* GPUDirect RDMA in the IB network plugin (transports/ib/ib_gdr.c) over the fake RDMA device, with a stand-in
+/* GPUDirect RDMA in the IB network plugin (transports/net/ib/ib_gdr.c) over the fake RDMA device, with a stand-in
  * for the CUDA driver (ibGdrSetOps): "device memory" is a host buffer the stand-in calls GPU 3's. Checked:
  * registration through dma-buf (page-aligned range, the fd closed, the registration cache), the fall back to
  * nvidia-peermem when the verbs library refuses dma-buf, COMM_IB_GDR, no path at all (commInvalidUsage and

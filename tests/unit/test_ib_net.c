@@ -1,6 +1,6 @@
 /* The IB network plugin's discovery side: the real libibverbs loads (or reports its absence cleanly), and
  * over the fake RDMA device (ib_verbs_fake.h): devices, ports and GIDs through the verbs table, then
- * discovery, the COMM_IB_HCA filter, link speeds and GID selection (transports/ib/ib_topo.c). */
+ * discovery, the COMM_IB_HCA filter, link speeds and GID selection (transports/net/ib/ib_topo.c). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,4 +1,4 @@
-/* The IB network plugin (transports/ib/net_ib.c) over the fake RDMA device, pair by pair in one process:
+/* The IB network plugin (transports/net/ib/net_ib.c) over the fake RDMA device, pair by pair in one process:
  * connection setup, messages small and large (striped over 1, 2 and 4 QPs), more messages than credits,
  * tags, the fake's out-of-order mode, an injected completion error, connection timeouts. */
 #include <errno.h>

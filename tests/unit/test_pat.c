@@ -10,7 +10,7 @@
 #include <cmocka.h>
 
 #include "debug.h"
-#include "schedule.h"
+#include "algorithms.h"
 
 #define PIECE 64
 #define FIFO (8 * PIECE)

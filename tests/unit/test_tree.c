@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "debug.h"
-#include "schedule.h"
+#include "algorithms.h"
 
 /* The verifier's FIFO geometry used by test_verify.c: 8 slots of 64 elements, a send step at most half. */
 #define PIECE 64

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <cmocka.h>
 
-#include "schedule.h"
+#include "algorithms.h"
 
 #define MAXN 1100
 

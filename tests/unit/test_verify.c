@@ -10,7 +10,7 @@
 #include <cmocka.h>
 
 #include "debug.h"
-#include "schedule.h"
+#include "algorithms.h"
 
 #define PIECE 64
 #define FIFO (8 * PIECE)
@@ -554,7 +554,7 @@ static void test_p2p(void** state) {
     p2pSet s;
     p2pRandom(&s, n);
     p2pCheckPairing(&s);
-    commResult_t res = commVerifyP2p(n, (const commP2pOp* const*)s.ops, s.nOps, FIFO, PIECE, NULL);
+    commResult_t res = commVerifyP2p(n, (const commP2pOp* const*)s.ops, s.nOps, commP2pBuild, FIFO, PIECE, NULL);
     if (res != commSuccess) fail_msg("p2p n=%d: %s", n, commLogLastWarn());
     p2pFree(&s);
   }
@@ -568,12 +568,12 @@ static void test_p2p_negative(void** state) {
   commP2pOp o2[1] = {{0, 1, 50, COMM_BUF_USER0}};
   commP2pOp* ops[3] = {o0, o1, o2};
   int nOps[3] = {2, 1, 1};
-  assert_int_equal(commVerifyP2p(n, (const commP2pOp* const*)ops, nOps, FIFO, PIECE, NULL), commSuccess);
+  assert_int_equal(commVerifyP2p(n, (const commP2pOp* const*)ops, nOps, commP2pBuild, FIFO, PIECE, NULL), commSuccess);
   o1[0].count = 99; /* receiver expects fewer elements */
-  assert_int_not_equal(commVerifyP2p(n, (const commP2pOp* const*)ops, nOps, FIFO, PIECE, NULL), commSuccess);
+  assert_int_not_equal(commVerifyP2p(n, (const commP2pOp* const*)ops, nOps, commP2pBuild, FIFO, PIECE, NULL), commSuccess);
   o1[0].count = 100;
   nOps[2] = 0; /* a recv without its send */
-  assert_int_not_equal(commVerifyP2p(n, (const commP2pOp* const*)ops, nOps, FIFO, PIECE, NULL), commSuccess);
+  assert_int_not_equal(commVerifyP2p(n, (const commP2pOp* const*)ops, nOps, commP2pBuild, FIFO, PIECE, NULL), commSuccess);
   nOps[2] = 1;
   /* self send without a self recv is refused by the builder */
   commP2pOp self[1] = {{1, 1, 10, COMM_BUF_USER0}};

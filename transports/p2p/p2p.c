@@ -14,10 +14,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "check.h"
+#include "communicator.h"
 #include "cuda_util.h"
 #include "debug.h"
-#include "exec_dev.h"
+#include "dev_conn.h"
+#include "devmem.h"
 #include "transport.h"
 #include "utils.h"
 

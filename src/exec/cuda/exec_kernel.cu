@@ -1,5 +1,5 @@
 /* The executor's kernel: one thread block per channel runs that channel's schedule steps in order, with
- * the Simple protocol over device FIFOs (src/include/exec_dev.h).
+ * the Simple protocol over device FIFOs (src/exec/exec_dev.h).
  *
  * Per slot, the sender: thread 0 waits until the slot is free (tail), the block fills it with 16-byte
  * vector stores (applying the op where the step says), the block syncs, and thread 0 stores the slot's size,

@@ -1,4 +1,4 @@
-/* Device reductions (src/exec/cuda/reduce_kernels.cu): commReduceLocal and commCopy of src/include/reduce.h
+/* Device reductions (src/exec/cuda/reduce_kernels.cu): commReduceLocal and commCopy of src/exec/reduce.h
  * on device memory, launched on a CUDA stream, with the same results bit for bit. Built when the CUDA
  * toolkit is found (COMM_HAVE_CUDA). Return a cudaError_t (0: launched). */
 #ifndef COMM_REDUCE_CUDA_H_

@@ -2,7 +2,7 @@
  * (src/exec/reduce.c, commReduceLocal / commCopy), bit for bit, as CUDA kernels that the device executor's
  * steps build on.
  *
- * - The conversions and comparisons are the host's own (src/include/reduce_elem.h, compiled for both).
+ * - The conversions and comparisons are the host's own (src/exec/reduce_elem.h, compiled for both).
  * - Integers wrap in unsigned arithmetic; SUMPOSTDIV truncates as C does (the host's float-division trick
  *   gives the same quotients).
  * - float32/float64: products and sums are rounded separately (__fmul_rn / __fadd_rn and the double

@@ -1,0 +1,8 @@
+/* Limits shared by every layer. */
+#ifndef COMM_COMM_LIMITS_H_
+#define COMM_COMM_LIMITS_H_
+
+#define COMM_MAX_CHANNELS 32 /* channels of a communicator */
+#define COMM_HOSTNAME_MAX 64 /* bytes of a host name exchanged at init */
+
+#endif

@@ -1,0 +1,311 @@
+/* Which network the net transport runs over, and its per-communicator state: a plugin library named by
+ * COMM_NET_PLUGIN (libcomm's interface or NCCL's, through the adapter), else a built-in network, IB (over
+ * libibverbs, or with COMM_IB_FAKE the tests' verbs fake module) or Socket, chosen by the config, COMM_NET or
+ * automatically; commNetInit / commNetFinalize make and tear down a communicator's commNetState. The
+ * connections themselves are in transports/net/net.c. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "comm_net.h"
+#include "communicator.h"
+#include "debug.h"
+#include "net_internal.h"
+#include "nccl/net_nccl.h"
+#include "param.h"
+#include "transport.h"
+#include "utils.h"
+#ifdef COMM_HAVE_IBVERBS
+#include "ib/net_ib.h"
+#endif
+
+/* ---------------------------------------------------------------- plugin loading (process-wide) */
+
+static pthread_mutex_t netPluginLock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  char name[256];
+  void* handle;
+  const commNet_t* net;
+  commNet_t fromV1; /* a version-1 plugin's table, widened (connectPaired NULL) */
+  int refs;
+} netPlugin;
+static int netSocketInitDone;
+
+static void netLogger(commNetLogLevel_t level, const char* file, int line, const char* fmt, ...) {
+  commLogLevel_t lvl = level == COMM_NET_LOG_WARN ? COMM_LOG_WARN
+                       : level == COMM_NET_LOG_INFO ? COMM_LOG_INFO
+                                                    : COMM_LOG_TRACE;
+  if (lvl != COMM_LOG_WARN && !COMM_LOG_ENABLED((int)lvl)) return;
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  commLog(lvl, lvl == COMM_LOG_WARN ? (unsigned long)COMM_ALLSUBSYS : (unsigned long)COMM_NET, file, line, "%s", buf);
+}
+
+static int netUsable(const commNet_t* net, const char* what) {
+  int ndev = 0;
+  if (net->version != COMM_NET_PLUGIN_VERSION && net->version != 1) {
+    WARN("NET : plugin %s has version %d, expected 1 or %d", what, net->version, COMM_NET_PLUGIN_VERSION);
+    return 0;
+  }
+  if (net->init(netLogger) != commSuccess) {
+    WARN("NET : plugin %s failed to initialise", what);
+    return 0;
+  }
+  if (net->devices(&ndev) != commSuccess || ndev < 1) {
+    WARN("NET : plugin %s has no device", what);
+    return 0;
+  }
+  return 1;
+}
+
+/* Load (or share) the library named by COMM_NET_PLUGIN; NULL with a WARN if it cannot be used. Tries the
+ * name as given, then (a name without '/') libcomm-net-<name>.so and libnccl-net-<name>.so. The library
+ * exports libcomm's commNetPlugin_v2 or _v1, else an NCCL network plugin (ncclNetPlugin_v10, _v9 or _v8),
+ * used through the adapter in transports/net/nccl/net_nccl.c. Called with netPluginLock held. */
+static const commNet_t* netLoadLibrary(const char* name) {
+  if (netPlugin.refs > 0) {
+    if (strcmp(netPlugin.name, name) == 0) {
+      netPlugin.refs++;
+      return netPlugin.net;
+    }
+    WARN("NET : COMM_NET_PLUGIN=%s but plugin %s is already in use by this process", name, netPlugin.name);
+    return NULL;
+  }
+  void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  char firstErr[512] = "";
+  if (!handle) {
+    const char* e = dlerror();
+    snprintf(firstErr, sizeof(firstErr), "%s", e ? e : "unknown error");
+  }
+  static const char* const altNames[] = {"libcomm-net-%s.so", "libnccl-net-%s.so"};
+  for (size_t i = 0; !handle && !strchr(name, '/') && i < sizeof(altNames) / sizeof(altNames[0]); i++) {
+    char alt[300];
+    snprintf(alt, sizeof(alt), altNames[i], name);
+    handle = dlopen(alt, RTLD_NOW | RTLD_LOCAL);
+  }
+  if (!handle) {
+    WARN("NET : cannot load COMM_NET_PLUGIN=%s: %s%s", name, firstErr,
+         strchr(name, '/') ? "" : " (nor libcomm-net-<name>.so, libnccl-net-<name>.so)");
+    return NULL;
+  }
+  const commNet_t* net = (const commNet_t*)dlsym(handle, COMM_NET_PLUGIN_SYMBOL);
+  if (net && net->version != COMM_NET_PLUGIN_VERSION) {
+    WARN("NET : %s exports %s with version %d", name, COMM_NET_PLUGIN_SYMBOL, net->version);
+    dlclose(handle);
+    return NULL;
+  }
+  const commNet_v1_t* v1 = net ? NULL : (const commNet_v1_t*)dlsym(handle, COMM_NET_PLUGIN_SYMBOL_V1);
+  if (v1 && v1->version == COMM_NET_PLUGIN_VERSION) {
+    /* A version-1 plugin rebuilt against this header: its table has this header's layout. */
+    net = (const commNet_t*)v1;
+    v1 = NULL;
+  }
+  if (v1) {
+    if (v1->version != 1) {
+      WARN("NET : %s exports %s with version %d", name, COMM_NET_PLUGIN_SYMBOL_V1, v1->version);
+      dlclose(handle);
+      return NULL;
+    }
+    /* The version-2 table begins with the version-1 fields, in the same order. */
+    memset(&netPlugin.fromV1, 0, sizeof(netPlugin.fromV1));
+    memcpy(&netPlugin.fromV1, v1, sizeof(*v1));
+    net = &netPlugin.fromV1;
+  }
+  if (!net) net = commNetNcclWrap(handle, name); /* an NCCL network plugin, through the adapter */
+  if (!net) {
+    WARN("NET : %s exports neither %s nor %s, nor a supported NCCL network plugin (%s, %s or %s)", name,
+         COMM_NET_PLUGIN_SYMBOL, COMM_NET_PLUGIN_SYMBOL_V1, NET_NCCL_SYMBOL_V10, NET_NCCL_SYMBOL_V9,
+         NET_NCCL_SYMBOL_V8);
+    dlclose(handle);
+    return NULL;
+  }
+  if (!netUsable(net, name)) {
+    dlclose(handle);
+    return NULL;
+  }
+  snprintf(netPlugin.name, sizeof(netPlugin.name), "%s", name);
+  netPlugin.handle = handle;
+  netPlugin.net = net;
+  netPlugin.refs = 1;
+  return net;
+}
+
+/* ---------------------------------------------------------------- built-in networks: IB and Socket */
+
+/* The built-in IB network, probed once per process (called with netPluginLock held): the real libibverbs,
+ * or with COMM_IB_FAKE=<n>[:ib|:roce][:gdr|:gdrfail] (tests only) the verbs fake, a module loaded by
+ * ib/ib_verbs_fake_load.c, with n active one-port devices (InfiniBand, or RoCE with v2 GIDs). The fake
+ * connects QPs only within this process, so it serves ranks that are threads of one process. NULL when IB
+ * cannot be used, with the reason in `why`. */
+#ifdef COMM_HAVE_IBVERBS
+static int netIbState; /* 0: not probed; 1: usable; -1: not usable (netIbWhy says why) */
+static char netIbWhy[512];
+static char netIbHow[128]; /* what IB runs over, for the INFO line */
+static const commNet_t* netIb; /* the IB table, once usable */
+
+const commIbVerbs* commNetIbVerbs(char* how, size_t howLen, char* why, size_t whyLen) {
+  const char* fake = commParamStr("COMM_IB_FAKE", NULL);
+  const commIbVerbs* verbs = NULL;
+  if (fake && *fake && strcmp(fake, "0") != 0) {
+    verbs = commIbVerbsLoadFake(fake, why, whyLen);
+    if (verbs) snprintf(netIbHow, sizeof(netIbHow), "fake verbs (COMM_IB_FAKE=%s, tests only)", fake);
+  } else {
+    char loadWhy[256] = "";
+    if (commIbVerbsLoad(&verbs, loadWhy, sizeof(loadWhy)) != commSuccess || !verbs) {
+      verbs = NULL;
+      snprintf(why, whyLen, "libibverbs cannot be loaded (%s)", loadWhy);
+    } else {
+      snprintf(netIbHow, sizeof(netIbHow), "%s", verbs->name);
+    }
+  }
+  if (how && howLen) snprintf(how, howLen, "%s", netIbHow);
+  return verbs;
+}
+
+static const commNet_t* netIbGet(char* why, size_t whyLen) {
+  if (netIbState == 0) {
+    netIbState = -1;
+    const commIbVerbs* verbs = commNetIbVerbs(NULL, 0, netIbWhy, sizeof(netIbWhy));
+    if (verbs) {
+      const commNet_t* ib = commNetIbPlugin(verbs);
+      const char* hca = commParamStr("COMM_IB_HCA", NULL);
+      int ndev = 0;
+      if (ib->init(netLogger) != commSuccess) {
+        snprintf(netIbWhy, sizeof(netIbWhy), "the IB network failed to initialise over %s", netIbHow);
+      } else if (ib->devices(&ndev) != commSuccess || ndev < 1) {
+        snprintf(netIbWhy, sizeof(netIbWhy), "%s found no active RDMA port%s%s", netIbHow,
+                 hca && *hca ? " selected by COMM_IB_HCA=" : "", hca && *hca ? hca : "");
+      } else {
+        netIbState = 1;
+        netIb = ib;
+        INFO(COMM_NET | COMM_INIT, "NET : IB is usable: %d active RDMA port(s) over %s", ndev, netIbHow);
+      }
+    }
+  }
+  if (netIbState == 1) return netIb;
+  snprintf(why, whyLen, "%s", netIbWhy);
+  return NULL;
+}
+#else
+static const commNet_t* netIbGet(char* why, size_t whyLen) {
+  snprintf(why, whyLen, "the IB transport is not built into this library (COMM_IB=OFF, or no <infiniband/verbs.h>)");
+  return NULL;
+}
+#endif
+
+/* The built-in Socket network, initialised once per process. */
+static const commNet_t* netSocket(void) {
+  if (!netSocketInitDone) netSocketInitDone = netUsable(&commNetSocket, "Socket");
+  return netSocketInitDone ? &commNetSocket : NULL;
+}
+
+/* Choose between the built-in networks (called with netPluginLock held): `forced` ("IB" or "Socket", any
+ * case; NULL: automatic) comes from COMM_NET. Automatic: IB when usable (the real libibverbs loads and
+ * has an active port that COMM_IB_HCA selects), else Socket. A forced IB that cannot be used is a WARN and
+ * Socket. NULL when even Socket cannot be used. */
+static const commNet_t* netChooseBuiltin(const char* forced, const char* source) {
+  char why[512] = "";
+  if (forced && strcasecmp(forced, "IB") != 0 && strcasecmp(forced, "Socket") != 0) {
+    WARN("NET : %s=%s is not a built-in network (IB or Socket): choosing automatically", source, forced);
+    forced = NULL;
+  }
+  const commNet_t* net = NULL;
+  if (forced && strcasecmp(forced, "Socket") == 0) {
+    INFO(COMM_NET | COMM_INIT, "NET : using the built-in Socket network (%s=%s)", source, forced);
+  } else if (forced) {
+    net = netIbGet(why, sizeof(why));
+    if (net) INFO(COMM_NET | COMM_INIT, "NET : using the built-in IB network (%s=%s)", source, forced);
+    else WARN("NET : %s=%s but IB cannot be used: %s; falling back to the built-in Socket network", source, forced,
+              why);
+  } else {
+    net = netIbGet(why, sizeof(why));
+    if (net) INFO(COMM_NET | COMM_INIT, "NET : using the built-in IB network (automatic: IB has an active RDMA port)");
+    else INFO(COMM_NET | COMM_INIT, "NET : using the built-in Socket network (automatic: IB cannot be used: %s)", why);
+  }
+  return net ? net : netSocket();
+}
+
+commResult_t commNetInit(struct commComm* comm) {
+  /* Needed when ranks sit on different hosts, or shm is off (then every connection is a network one). */
+  if (comm->net || (comm->nNodes <= 1 && !comm->shmDisable)) return commSuccess;
+  struct commNetState* st;
+  COMMCHECK(commCalloc(&st, 1, sizeof(*st)));
+  /* Which network: a library named by COMM_NET_PLUGIN (falling back to Socket), else a built-in one
+   * chosen by COMM_NET or automatically. ("socket" as COMM_NET_PLUGIN means the built-in Socket.) */
+  const char* name = commParamStr("COMM_NET_PLUGIN", NULL);
+  pthread_mutex_lock(&netPluginLock);
+  if (name && strcasecmp(name, "socket") != 0) {
+    st->net = netLoadLibrary(name);
+    if (st->net) st->fromLibrary = 1;
+    else WARN("NET : falling back to the built-in Socket network");
+  }
+  if (!st->net && name) {
+    st->net = netSocket();
+  } else if (!st->net) {
+    /* The communicator's config wins over COMM_NET. */
+    const char* forced = comm->netName[0] ? comm->netName : commParamStr("COMM_NET", NULL);
+    st->net = netChooseBuiltin(forced && *forced ? forced : NULL, comm->netName[0] ? "config netName" : "COMM_NET");
+  }
+  pthread_mutex_unlock(&netPluginLock);
+  if (!st->net) {
+    WARN("NET : no usable network plugin");
+    free(st);
+    return commSystemError;
+  }
+  st->comm = comm;
+  pthread_mutex_init(&st->listLock, NULL);
+  pthread_mutex_init(&st->wakeLock, NULL);
+  pthread_cond_init(&st->wake, NULL);
+  comm->net = st;
+  int ndev = 0;
+  if (st->net->devices(&ndev) != commSuccess || ndev < 1) ndev = 1;
+  st->nDevs = ndev < NET_MAX_DEVS ? ndev : NET_MAX_DEVS;
+  for (int d = 0; d < st->nDevs; d++) {
+    commNetProperties_t props;
+    if (st->net->getProperties(d, &props) == commSuccess) {
+      snprintf(st->devName[d], sizeof(st->devName[d]), "%s", props.name ? props.name : "");
+      INFO(COMM_NET | COMM_INIT, "NET : using network %s, device %d %s (%d Mbps)", st->net->name, d,
+           st->devName[d], props.speedMbps);
+    }
+  }
+  return commSuccess;
+}
+
+commResult_t commNetFinalize(struct commComm* comm) {
+  struct commNetState* st = comm->net;
+  if (!st) return commSuccess;
+  if (st->proxyStarted) {
+    pthread_mutex_lock(&st->wakeLock);
+    __atomic_store_n(&st->proxyStop, 1, __ATOMIC_RELEASE);
+    pthread_cond_signal(&st->wake);
+    pthread_mutex_unlock(&st->wakeLock);
+    pthread_join(st->proxy, NULL);
+    st->proxyStarted = 0;
+  }
+  netDevStop(st);
+  pthread_cond_destroy(&st->wake);
+  pthread_mutex_destroy(&st->wakeLock);
+  pthread_mutex_destroy(&st->listLock);
+  if (st->fromLibrary) {
+    pthread_mutex_lock(&netPluginLock);
+    if (--netPlugin.refs == 0) {
+      dlclose(netPlugin.handle);
+      memset(&netPlugin, 0, sizeof(netPlugin));
+    }
+    pthread_mutex_unlock(&netPluginLock);
+  }
+  free(st);
+  comm->net = NULL;
+  return commSuccess;
+}
+
+const char* commNetName(const struct commComm* comm) {
+  return comm->net && comm->net->net ? comm->net->net->name : "none";
+}
