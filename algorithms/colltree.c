@@ -456,8 +456,7 @@ commResult_t commCollTreeBuild(const commCollArgs* a, commSchedule* out) {
     WARN("commCollTreeBuild: %s has no hierarchical tree algorithm", commFuncName(a->func));
     return commInvalidArgument;
   }
-  if (a->nRanks < 1 || a->rank < 0 || a->rank >= a->nRanks || a->nChannels < 1 ||
-      a->nChannels > COMM_MAX_CHANNELS) {
+  if (a->nRanks < 1 || a->rank < 0 || a->rank >= a->nRanks || a->nChannels < 1 || a->nChannels > COMM_MAX_CHANNELS) {
     WARN("commCollTreeBuild: bad arguments rank %d nRanks %d nChannels %d", a->rank, a->nRanks, a->nChannels);
     return commInvalidArgument;
   }
@@ -499,7 +498,8 @@ commResult_t commCollTreeBuild(const commCollArgs* a, commSchedule* out) {
     if (len == 0) continue;
     if (a->nRanks == 1) {
       uint8_t fl = a->func == commFuncBroadcast ? 0 : (uint8_t)(c.pre | c.post);
-      COMMCHECKGOTO(emit(&c, COMM_PRIM_COPY, fl, -1, -1, commBufAt(COMM_BUF_INPUT, off), commBufAt(COMM_BUF_OUTPUT, off), len),
+      COMMCHECKGOTO(emit(&c, COMM_PRIM_COPY, fl, -1, -1, commBufAt(COMM_BUF_INPUT, off),
+                         commBufAt(COMM_BUF_OUTPUT, off), len),
                     res, fail);
       continue;
     }

@@ -49,8 +49,8 @@ commResult_t commOneShotBuild(const commCollArgs* a, commSchedule* out) {
   const int sendsFirst = c <= a->chunkElems;
   for (int k = 1; k < n; k++) {
     int from = (r - k + n) % n;
-    st = step(sendsFirst ? COMM_PRIM_SEND : COMM_PRIM_SEND_RECV, 0, COMM_BUF_SCRATCH, (size_t)r * c,
-              COMM_BUF_SCRATCH, (size_t)from * c, c);
+    st = step(sendsFirst ? COMM_PRIM_SEND : COMM_PRIM_SEND_RECV, 0, COMM_BUF_SCRATCH, (size_t)r * c, COMM_BUF_SCRATCH,
+              (size_t)from * c, c);
     st.sendPeer = (r + k) % n;
     st.recvPeer = sendsFirst ? -1 : from;
     COMMCHECK(commSchedAdd(out, 0, &st));

@@ -24,8 +24,7 @@ commResult_t commAllToAllBuild(const commCollArgs* a, commSchedule* out) {
     WARN("commAllToAllBuild: NULL argument");
     return commInvalidArgument;
   }
-  if (a->nRanks < 1 || a->rank < 0 || a->rank >= a->nRanks || a->nChannels < 1 ||
-      a->nChannels > COMM_MAX_CHANNELS) {
+  if (a->nRanks < 1 || a->rank < 0 || a->rank >= a->nRanks || a->nChannels < 1 || a->nChannels > COMM_MAX_CHANNELS) {
     WARN("commAllToAllBuild: bad arguments rank %d nRanks %d nChannels %d", a->rank, a->nRanks, a->nChannels);
     return commInvalidArgument;
   }

@@ -59,7 +59,7 @@
 #include "algorithms.h"
 #include "utils.h"
 
-#define PAT_SCRATCH_CHUNKS 4                     /* scratch budget, in chunks ... */
+#define PAT_SCRATCH_CHUNKS 4                    /* scratch budget, in chunks ... */
 #define PAT_SCRATCH_MAX_BYTES ((size_t)4 << 20) /* ... and at most this many bytes */
 #define PAT_NOBUF UINT32_MAX
 #define PAT_MAX_CUTS 8
@@ -185,8 +185,7 @@ static int cmpSize(const void* a, const void* b) {
 
 /* The parts of round k's transfer from `sender` to `receiver`: the sender's blocks [first, first + m) are the
  * receiver's blocks [rfirst, rfirst + m), less the elements outside the window. */
-static commResult_t transfer(const patCtx* c, int sender, int receiver, size_t first, size_t rfirst,
-                             patList* l) {
+static commResult_t transfer(const patCtx* c, int sender, int receiver, size_t first, size_t rfirst, patList* l) {
   l->n = 0;
   size_t lo = first * c->cnt, hi = (first + c->m) * c->cnt; /* in the sender's relative element space */
   size_t base = (size_t)sender * c->cnt;
@@ -198,7 +197,7 @@ static commResult_t transfer(const patCtx* c, int sender, int receiver, size_t f
   addCut(cuts, &nCuts, (c->x0 + c->total - base) % c->total, lo, hi);
   addCut(cuts, &nCuts, (c->x1 + c->total - base) % c->total, lo, hi);
   if (!c->isAg) {
-    addCut(cuts, &nCuts, c->prior * c->cnt, lo, hi);                  /* the sender's P_k */
+    addCut(cuts, &nCuts, c->prior * c->cnt, lo, hi);                    /* the sender's P_k */
     addCut(cuts, &nCuts, (c->prior + first - rfirst) * c->cnt, lo, hi); /* the receiver's */
   }
   qsort(cuts, (size_t)nCuts, sizeof(size_t), cmpSize);
@@ -219,10 +218,10 @@ static commResult_t transfer(const patCtx* c, int sender, int receiver, size_t f
   return commSuccess;
 }
 
-static commResult_t addStep(patCtx* c, commPrim_t prim, uint8_t flags, int sendPeer, int recvPeer,
-                            commBufRef src, commBufRef dst, size_t count, size_t recvCount) {
+static commResult_t addStep(patCtx* c, commPrim_t prim, uint8_t flags, int sendPeer, int recvPeer, commBufRef src,
+                            commBufRef dst, size_t count, size_t recvCount) {
   commStep st = commStepMake(prim, flags, sendPeer, recvPeer, src.buf == PAT_NOBUF ? commBufAt(COMM_BUF_INPUT, 0) : src,
-                              dst.buf == PAT_NOBUF ? commBufAt(COMM_BUF_OUTPUT, 0) : dst, count, recvCount);
+                             dst.buf == PAT_NOBUF ? commBufAt(COMM_BUF_OUTPUT, 0) : dst, count, recvCount);
   return commSchedAdd(c->s, 0, &st);
 }
 
@@ -308,7 +307,8 @@ static commResult_t buildSteps(patCtx* c) {
   c->x1 = c->total;
   if (c->n == 1) {
     uint8_t fl = c->isAg ? 0 : (uint8_t)(c->pre | c->post);
-    return addStep(c, COMM_PRIM_COPY, fl, -1, -1, commBufAt(COMM_BUF_INPUT, 0), commBufAt(COMM_BUF_OUTPUT, 0), c->cnt, c->cnt);
+    return addStep(c, COMM_PRIM_COPY, fl, -1, -1, commBufAt(COMM_BUF_INPUT, 0), commBufAt(COMM_BUF_OUTPUT, 0), c->cnt,
+                   c->cnt);
   }
   if (c->isAg) {
     COMMCHECK(addStep(c, COMM_PRIM_COPY, 0, -1, -1, commBufAt(COMM_BUF_INPUT, 0),

@@ -19,8 +19,8 @@ typedef struct {
   const commCollArgs* a;
   commSchedule* s;
   int ch;
-  int n;      /* ranks */
-  int pos;    /* position of this rank in the channel's ring */
+  int n;   /* ranks */
+  int pos; /* position of this rank in the channel's ring */
   int prev, next;
   const int* ring;
   uint8_t pre, post; /* flags to use (0 when the op needs none) */
@@ -39,8 +39,8 @@ static int ringRank(const ringCtx* c, int pos) {
   return c->ring ? c->ring[p] : p;
 }
 
-static commResult_t emit(ringCtx* c, commPrim_t prim, uint8_t flags, uint32_t srcBuf, size_t srcOff,
-                         uint32_t dstBuf, size_t dstOff, size_t count) {
+static commResult_t emit(ringCtx* c, commPrim_t prim, uint8_t flags, uint32_t srcBuf, size_t srcOff, uint32_t dstBuf,
+                         size_t dstOff, size_t count) {
   if (count == 0) return commSuccess;
   int sendPeer = -1, recvPeer = -1;
   switch (prim) {
@@ -57,7 +57,7 @@ static commResult_t emit(ringCtx* c, commPrim_t prim, uint8_t flags, uint32_t sr
     default: break;
   }
   commStep st = commStepMake(prim, flags, sendPeer, recvPeer, commBufAt(srcBuf, srcOff), commBufAt(dstBuf, dstOff),
-                              count, count);
+                             count, count);
   return commSchedAdd(c->s, c->ch, &st);
 }
 
@@ -190,8 +190,7 @@ static commResult_t reduceScatter(ringCtx* c, size_t base, size_t len) {
 
 /* One rank alone: the collective is a local copy (in/out layouts coincide for n == 1). */
 static commResult_t single(ringCtx* c, size_t base, size_t len) {
-  uint8_t fl = (c->a->func == commFuncAllReduce || c->a->func == commFuncReduce ||
-                c->a->func == commFuncReduceScatter)
+  uint8_t fl = (c->a->func == commFuncAllReduce || c->a->func == commFuncReduce || c->a->func == commFuncReduceScatter)
                    ? (uint8_t)(c->pre | c->post)
                    : 0;
   return emit(c, COMM_PRIM_COPY, fl, COMM_BUF_INPUT, base, COMM_BUF_OUTPUT, base, len);
@@ -202,8 +201,7 @@ commResult_t commRingBuild(const commCollArgs* a, commSchedule* out) {
     WARN("commRingBuild: NULL argument");
     return commInvalidArgument;
   }
-  if (a->nRanks < 1 || a->rank < 0 || a->rank >= a->nRanks || a->nChannels < 1 ||
-      a->nChannels > COMM_MAX_CHANNELS) {
+  if (a->nRanks < 1 || a->rank < 0 || a->rank >= a->nRanks || a->nChannels < 1 || a->nChannels > COMM_MAX_CHANNELS) {
     WARN("commRingBuild: bad arguments rank %d nRanks %d nChannels %d", a->rank, a->nRanks, a->nChannels);
     return commInvalidArgument;
   }
@@ -222,9 +220,7 @@ commResult_t commRingBuild(const commCollArgs* a, commSchedule* out) {
     case commFuncReduce: fn = reduce; break;
     case commFuncAllGather: fn = allGather; break;
     case commFuncReduceScatter: fn = reduceScatter; break;
-    default:
-      WARN("commRingBuild: %s has no ring algorithm", commFuncName(a->func));
-      return commInvalidArgument;
+    default: WARN("commRingBuild: %s has no ring algorithm", commFuncName(a->func)); return commInvalidArgument;
   }
   if (a->nRanks == 1) fn = single;
   for (int ch = 0; ch < a->nChannels && (a->func == commFuncBroadcast || a->func == commFuncReduce); ch++) {

@@ -81,9 +81,7 @@
 #define TREE_LOOKAHEAD_PER_LEVEL 2
 
 /* Chunks of at most `chunk` elements over a channel's part, cut on the split unit (commSplitPart). */
-static size_t nChunksFor(size_t elems, size_t chunk, size_t unit) {
-  return commSplitParts(elems, unit, chunk / unit);
-}
+static size_t nChunksFor(size_t elems, size_t chunk, size_t unit) { return commSplitParts(elems, unit, chunk / unit); }
 
 /* The chunk size of a channel's part of `len` elements (see the chunk rule above). */
 static size_t treeChunk(size_t len, size_t chunkElems, int nRanks) {
@@ -110,7 +108,7 @@ static commResult_t emit(treeCtx* c, commPrim_t prim, uint8_t flags, int sendPee
                          size_t srcOff, uint32_t dstBuf, size_t dstOff, size_t count) {
   if (count == 0) return commSuccess;
   commStep st = commStepMake(prim, flags, sendPeer, recvPeer, commBufAt(srcBuf, srcOff), commBufAt(dstBuf, dstOff),
-                              count, count);
+                             count, count);
   return commSchedAdd(c->s, c->ch, &st);
 }
 
@@ -242,8 +240,7 @@ commResult_t commTreeBuild(const commCollArgs* a, commSchedule* out) {
     WARN("commTreeBuild: %s has no tree algorithm (allreduce, reduce and broadcast only)", commFuncName(a->func));
     return commInvalidArgument;
   }
-  if (a->nRanks < 1 || a->rank < 0 || a->rank >= a->nRanks || a->nChannels < 1 ||
-      a->nChannels > COMM_MAX_CHANNELS) {
+  if (a->nRanks < 1 || a->rank < 0 || a->rank >= a->nRanks || a->nChannels < 1 || a->nChannels > COMM_MAX_CHANNELS) {
     WARN("commTreeBuild: bad arguments rank %d nRanks %d nChannels %d", a->rank, a->nRanks, a->nChannels);
     return commInvalidArgument;
   }

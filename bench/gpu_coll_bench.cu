@@ -23,21 +23,21 @@
 
 #include "comm.h"
 
-#define CK(call)                                                                               \
-  do {                                                                                         \
-    cudaError_t e_ = (call);                                                                   \
-    if (e_ != cudaSuccess) {                                                                   \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));   \
-      exit(1);                                                                                 \
-    }                                                                                          \
+#define CK(call)                                                                             \
+  do {                                                                                       \
+    cudaError_t e_ = (call);                                                                 \
+    if (e_ != cudaSuccess) {                                                                 \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      exit(1);                                                                               \
+    }                                                                                        \
   } while (0)
-#define CC(call)                                                                               \
-  do {                                                                                         \
-    commResult_t r_ = (call);                                                                  \
-    if (r_ != commSuccess) {                                                                   \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, commGetErrorString(r_));   \
-      exit(1);                                                                                 \
-    }                                                                                          \
+#define CC(call)                                                                             \
+  do {                                                                                       \
+    commResult_t r_ = (call);                                                                \
+    if (r_ != commSuccess) {                                                                 \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, commGetErrorString(r_)); \
+      exit(1);                                                                               \
+    }                                                                                        \
   } while (0)
 
 __global__ void emptyKernel() {}
@@ -67,8 +67,8 @@ static size_t bigBytes = 1ull << 30;
 
 typedef struct {
   int rank, nRanks;
-  size_t bytes;   /* allreduce size */
-  int mode;       /* 0: back to back, 1: graph, 2: bandwidth */
+  size_t bytes; /* allreduce size */
+  int mode;     /* 0: back to back, 1: graph, 2: bandwidth */
   double usPerCall[16], hostUsPerCall[16];
   double aloneHostUsPerCall[16]; /* host time with the ranks taking turns (no other thread launching) */
 } rankArgs;
@@ -81,8 +81,8 @@ static pthread_barrier_t barrier;
  * until the peers' arrive), so no other thread of the process is inside the CUDA driver during the timed
  * calls; the difference to the plain bursts is the cost of launching from two threads into one context at
  * once. */
-static double hostBurstUs(const rankArgs* a, comm_t comm, cudaStream_t s, float* buf, float* out, size_t count,
-                          int n, int takeTurns) {
+static double hostBurstUs(const rankArgs* a, comm_t comm, cudaStream_t s, float* buf, float* out, size_t count, int n,
+                          int takeTurns) {
   double host = 0;
   const int turns = takeTurns ? a->nRanks : 1;
   for (int b = 0; b < n / BURST; b++) {
@@ -300,22 +300,24 @@ int main(int argc, char** argv) {
   printf("allreduce 8 B, 2 ranks, back to back %8.2f us per call = %.2fx the empty kernel (target <= 2.5x)\n", us,
          us / backUs);
   printf("host time in commAllReduce (8 B)     %8.2f us = %.2fx a launch call (target <= 1.5x); %.2fx the "
-         "2-thread launch\n", hus, hus / hostUs, hus / twoHostUs);
+         "2-thread launch\n",
+         hus, hus / hostUs, hus / twoHostUs);
   printf("  the same, ranks taking turns       %8.2f us = %.2fx a launch call (no other thread launching)\n",
          aloneHostUs, aloneHostUs / hostUs);
   /* One rank: the same call path (a cached plan, one launch of the executor's kernel: a copy) from one
    * thread, as the baseline's launch call is timed. */
   double us1, hus1;
   runRanks(1, 8, 0, &us1, &hus1);
-  printf("host time in commAllReduce, 1 rank  %8.2f us = %.2fx a launch call (one thread, as the baseline)\n",
-         hus1, hus1 / hostUs);
+  printf("host time in commAllReduce, 1 rank  %8.2f us = %.2fx a launch call (one thread, as the baseline)\n", hus1,
+         hus1 / hostUs);
   runRanks(2, 8, 1, &us, &hus);
   printf("allreduce 8 B, 2 ranks, CUDA graph   %8.2f us per call (target <= 5 us)\n", us);
   /* The same calls with every call joined through the communicator's own stream (two events each way). */
   setenv("COMM_DEV_STREAM_JOIN", "1", 1);
   runRanks(2, 8, 0, &us, &hus);
   printf("allreduce 8 B, 2 ranks, joined       %8.2f us per call = %.2fx the empty kernel; host %.2f us = %.2fx "
-         "(COMM_DEV_STREAM_JOIN=1)\n", us, us / backUs, hus, hus / hostUs);
+         "(COMM_DEV_STREAM_JOIN=1)\n",
+         us, us / backUs, hus, hus / hostUs);
   unsetenv("COMM_DEV_STREAM_JOIN");
   int sizes[2] = {2, bigRanks};
   setenv("COMM_ALGO", "ring", 0); /* the traffic formula is the ring's (the small calls above: the tuner's) */
@@ -324,7 +326,8 @@ int main(int argc, char** argv) {
     runRanks(n, bigBytes, 2, &us, &hus);
     double traffic = (6.0 * n - 4.0) * (double)bigBytes / (us * 1e3);
     printf("allreduce %zu B, %d ranks, ring    %8.0f us, memory traffic %.1f GB/s = %.2fx the copy rate "
-           "(target >= 0.70)\n", bigBytes, n, us, traffic, traffic / copyGBs);
+           "(target >= 0.70)\n",
+           bigBytes, n, us, traffic, traffic / copyGBs);
   }
   CK(cudaGraphExecDestroy(ge));
   CK(cudaGraphDestroy(g));

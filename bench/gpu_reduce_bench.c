@@ -11,13 +11,13 @@
 #include "reduce.h"
 #include "reduce_cuda.h"
 
-#define CK(call)                                                                               \
-  do {                                                                                         \
-    cudaError_t e_ = (cudaError_t)(call);                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));   \
-      exit(1);                                                                                 \
-    }                                                                                          \
+#define CK(call)                                                                             \
+  do {                                                                                       \
+    cudaError_t e_ = (cudaError_t)(call);                                                    \
+    if (e_ != cudaSuccess) {                                                                 \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      exit(1);                                                                               \
+    }                                                                                        \
   } while (0)
 
 static int cmpF(const void* a, const void* b) {
@@ -55,9 +55,12 @@ int main(int argc, char** argv) {
     commDataType_t t;
     commRedOpKind_t kind;
     int pre;
-  } cases[] = {{"float32 sum", commFloat32, COMM_REDOP_SUM, 0},    {"float32 premulsum", commFloat32, COMM_REDOP_PREMULSUM, 1},
-               {"bfloat16 sum", commBfloat16, COMM_REDOP_SUM, 0},  {"float16 sum", commFloat16, COMM_REDOP_SUM, 0},
-               {"float8e4m3 sum", commFloat8e4m3, COMM_REDOP_SUM, 0}, {"int32 sum", commInt32, COMM_REDOP_SUM, 0},
+  } cases[] = {{"float32 sum", commFloat32, COMM_REDOP_SUM, 0},
+               {"float32 premulsum", commFloat32, COMM_REDOP_PREMULSUM, 1},
+               {"bfloat16 sum", commBfloat16, COMM_REDOP_SUM, 0},
+               {"float16 sum", commFloat16, COMM_REDOP_SUM, 0},
+               {"float8e4m3 sum", commFloat8e4m3, COMM_REDOP_SUM, 0},
+               {"int32 sum", commInt32, COMM_REDOP_SUM, 0},
                {"float64 max", commFloat64, COMM_REDOP_MAX, 0}};
   const int nCases = (int)(sizeof(cases) / sizeof(cases[0]));
   float copyRate[99], rate[99];

@@ -39,8 +39,15 @@ typedef struct {
   char internal[128];
 } ncclUniqueId;
 typedef enum {
-  ncclSuccess = 0, ncclUnhandledCudaError = 1, ncclSystemError = 2, ncclInternalError = 3,
-  ncclInvalidArgument = 4, ncclInvalidUsage = 5, ncclRemoteError = 6, ncclInProgress = 7, ncclNumResults = 8
+  ncclSuccess = 0,
+  ncclUnhandledCudaError = 1,
+  ncclSystemError = 2,
+  ncclInternalError = 3,
+  ncclInvalidArgument = 4,
+  ncclInvalidUsage = 5,
+  ncclRemoteError = 6,
+  ncclInProgress = 7,
+  ncclNumResults = 8
 } ncclResult_t;
 typedef enum { ncclFloat32 = 7, ncclNumTypes = 12 } ncclDataType_t;
 typedef enum { ncclSum = 0, ncclMaxRedOp = 0x7fffffff } ncclRedOp_t;
@@ -107,25 +114,24 @@ static void die(int code) {
 static void callFailed(const char* lib, const char* call, const char* err, int line) {
   fflush(stdout);
   if (tRank >= 0)
-    fprintf(stderr, "nccl_compare: rank %d (device %d): %s call failed at line %d: %s: %s\n", tRank, tRank, lib,
-            line, call, err);
-  else
-    fprintf(stderr, "nccl_compare: main thread: %s call failed at line %d: %s: %s\n", lib, line, call, err);
+    fprintf(stderr, "nccl_compare: rank %d (device %d): %s call failed at line %d: %s: %s\n", tRank, tRank, lib, line,
+            call, err);
+  else fprintf(stderr, "nccl_compare: main thread: %s call failed at line %d: %s: %s\n", lib, line, call, err);
   die(1);
 }
-#define CK(call)                                                                 \
-  do {                                                                           \
-    cudaError_t e_ = (call);                                                     \
+#define CK(call)                                                                        \
+  do {                                                                                  \
+    cudaError_t e_ = (call);                                                            \
     if (e_ != cudaSuccess) callFailed("CUDA", #call, cudaGetErrorString(e_), __LINE__); \
   } while (0)
-#define CC(call)                                                                 \
-  do {                                                                           \
-    commResult_t r_ = (call);                                                    \
+#define CC(call)                                                                           \
+  do {                                                                                     \
+    commResult_t r_ = (call);                                                              \
     if (r_ != commSuccess) callFailed("libcomm", #call, commGetErrorString(r_), __LINE__); \
   } while (0)
-#define CN(call)                                                                 \
-  do {                                                                           \
-    ncclResult_t r_ = (call);                                                    \
+#define CN(call)                                                                         \
+  do {                                                                                   \
+    ncclResult_t r_ = (call);                                                            \
     if (r_ != ncclSuccess) callFailed("NCCL", #call, nccl.getErrorString(r_), __LINE__); \
   } while (0)
 
@@ -149,27 +155,26 @@ static double targetMs = 30;
 
 static size_t counts[C_NUM][MAXSIZES]; /* per collective: the counts its sizes give */
 static int nCounts[C_NUM];
-static size_t allocBytes;              /* send and receive buffer of each rank */
+static size_t allocBytes; /* send and receive buffer of each rank */
 
 static void usage(FILE* f) {
-  fprintf(f,
-          "usage: nccl_compare [-g gpus] [-b minBytes] [-e maxBytes] [-f factor] [-c colls] [-L both|nccl|comm]\n"
-          "                    [-r reps] [-w warmup] [-T targetMs] [-d float] [-N libnccl] [-o file] [-t sec]\n"
-          "  -g G       GPUs = ranks (threads, rank r on device r); default: all visible\n"
-          "  -b, -e     smallest and largest size in bytes, K/M/G suffixes (1024-based); default 8 and 4G\n"
-          "  -f factor  size multiplier, integer >= 2; default 2\n"
-          "  -c list    comma-separated, of allreduce,allgather,reducescatter,broadcast,alltoall (default: all)\n"
-          "  -L which   both (default), nccl or comm\n"
-          "  -r reps    repetitions of each measurement, NCCL and libcomm interleaved; median printed (default 3)\n"
-          "  -w n       warmup calls per size and library (default 5; at least 2 are made)\n"
-          "  -T ms      target time of one measurement: iterations = clamp(ms / warmup per-call time, 5, 2000)\n"
-          "             (default 30)\n"
-          "  -d float   datatype: float32 only (op: sum)\n"
-          "  -N path    NCCL library to dlopen (default: $NCCL_LIB, else libnccl.so.2)\n"
-          "  -o file    also write lines \"coll bytes ncclUs commUs\" (nan: not run) to file\n"
-          "  -t sec     watchdog: exit status 2 after sec seconds (default 540)\n"
-          "Sizes are nccl-tests': the largest buffer's bytes. Out-of-place, float32 sum. Exit status: 0 ok,\n"
-          "1 failed call or check, 2 watchdog, 77 no CUDA device.\n");
+  fprintf(f, "usage: nccl_compare [-g gpus] [-b minBytes] [-e maxBytes] [-f factor] [-c colls] [-L both|nccl|comm]\n"
+             "                    [-r reps] [-w warmup] [-T targetMs] [-d float] [-N libnccl] [-o file] [-t sec]\n"
+             "  -g G       GPUs = ranks (threads, rank r on device r); default: all visible\n"
+             "  -b, -e     smallest and largest size in bytes, K/M/G suffixes (1024-based); default 8 and 4G\n"
+             "  -f factor  size multiplier, integer >= 2; default 2\n"
+             "  -c list    comma-separated, of allreduce,allgather,reducescatter,broadcast,alltoall (default: all)\n"
+             "  -L which   both (default), nccl or comm\n"
+             "  -r reps    repetitions of each measurement, NCCL and libcomm interleaved; median printed (default 3)\n"
+             "  -w n       warmup calls per size and library (default 5; at least 2 are made)\n"
+             "  -T ms      target time of one measurement: iterations = clamp(ms / warmup per-call time, 5, 2000)\n"
+             "             (default 30)\n"
+             "  -d float   datatype: float32 only (op: sum)\n"
+             "  -N path    NCCL library to dlopen (default: $NCCL_LIB, else libnccl.so.2)\n"
+             "  -o file    also write lines \"coll bytes ncclUs commUs\" (nan: not run) to file\n"
+             "  -t sec     watchdog: exit status 2 after sec seconds (default 540)\n"
+             "Sizes are nccl-tests': the largest buffer's bytes. Out-of-place, float32 sum. Exit status: 0 ok,\n"
+             "1 failed call or check, 2 watchdog, 77 no CUDA device.\n");
 }
 
 static int parseSize(const char* s, size_t* v) {
@@ -198,7 +203,7 @@ static int parseColls(const char* s) {
   char buf[256];
   snprintf(buf, sizeof buf, "%s", s);
   nColls = 0;
-  for (char* save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+  for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
     int c = 0;
     while (c < C_NUM && strcasecmp(t, collName[c])) c++;
     if (c == C_NUM) {
@@ -320,11 +325,11 @@ static void check(rankState* s, int lib, int coll, size_t c) {
   size_t sn = sendElems(coll, c), rn = recvElems(coll, c);
   float a = 1, b = 0; /* send element i of rank r: a + b * (i / c) */
   switch (coll) {
-    case C_ALLREDUCE: break;                          /* all ones: G */
-    case C_ALLGATHER: a = (float)(r + 1); break;      /* chunk j: j + 1 */
+    case C_ALLREDUCE: break;                                       /* all ones: G */
+    case C_ALLGATHER: a = (float)(r + 1); break;                   /* chunk j: j + 1 */
     case C_REDUCESCATTER: a = (float)(r + 1), b = (float)G; break; /* G(G+1)/2 + r G^2 */
-    case C_BROADCAST: a = (float)(r + 1); break;      /* root 0's: 1 */
-    case C_ALLTOALL: a = (float)(r * G), b = 1; break; /* chunk j from rank j: j G + r */
+    case C_BROADCAST: a = (float)(r + 1); break;                   /* root 0's: 1 */
+    case C_ALLTOALL: a = (float)(r * G), b = 1; break;             /* chunk j from rank j: j G + r */
   }
   fillKernel<<<1024, 256, 0, s->stream>>>(s->send, sn, a, b, c);
   CK(cudaGetLastError());
@@ -356,14 +361,12 @@ static void check(rankState* s, int lib, int coll, size_t c) {
   }
   free(h);
   if (bad)
-    printf("# FAIL %s %s %zu B rank %d: %zu of %zu elements wrong, first at %zu: got %g, expected %g\n",
-           libName[lib], collName[coll], sizeBytes(coll, c), r, bad, rn, first, (double)firstGot,
-           (double)firstWant);
+    printf("# FAIL %s %s %zu B rank %d: %zu of %zu elements wrong, first at %zu: got %g, expected %g\n", libName[lib],
+           collName[coll], sizeBytes(coll, c), r, bad, rn, first, (double)firstGot, (double)firstWant);
   double nBad = reduceOverRanks(r, (double)bad, 1);
   if (r == 0) {
     if (nBad > 0) anyFail = 1;
-    printf("# check %s %s %zu B: %s\n", libName[lib], collName[coll], sizeBytes(coll, c),
-           nBad > 0 ? "FAIL" : "ok");
+    printf("# check %s %s %zu B: %s\n", libName[lib], collName[coll], sizeBytes(coll, c), nBad > 0 ? "FAIL" : "ok");
     fflush(stdout);
   }
 }
@@ -431,7 +434,8 @@ static void* rankMain(void* p) {
     if (r == 0) {
       printf("\n| %12s | %10s | %15s | %10s | %18s | %23s |\n", "bytes", "NCCL us", "NCCL busbw GB/s", "libcomm us",
              "libcomm busbw GB/s", "libcomm/NCCL time ratio");
-      printf("|-------------:|-----------:|----------------:|-----------:|-------------------:|------------------------:|\n");
+      printf(
+          "|-------------:|-----------:|----------------:|-----------:|-------------------:|------------------------:|\n");
       fflush(stdout);
     }
     for (int si = 0; si < nCounts[coll]; si++) {
@@ -478,11 +482,11 @@ static int loadNccl(const char* path) {
     return -1;
   }
   int missing = 0;
-#define SYM(field, name)                                                                    \
-  do {                                                                                      \
-    void* p_ = dlsym(h, name);                                                              \
+#define SYM(field, name)                                                                        \
+  do {                                                                                          \
+    void* p_ = dlsym(h, name);                                                                  \
     if (!p_) fprintf(stderr, "nccl_compare: %s: symbol %s not found\n", path, name), missing++; \
-    memcpy(&nccl.field, &p_, sizeof p_);                                                    \
+    memcpy(&nccl.field, &p_, sizeof p_);                                                        \
   } while (0)
   SYM(getVersion, "ncclGetVersion");
   SYM(getUniqueId, "ncclGetUniqueId");
@@ -620,8 +624,7 @@ int main(int argc, char** argv) {
       b *= factor;
     }
     if (!nCounts[coll])
-      printf("# %s: no size in [%zu, %zu] B holds one float per rank: skipped\n", collName[coll], minBytes,
-             maxBytes);
+      printf("# %s: no size in [%zu, %zu] B holds one float per rank: skipped\n", collName[coll], minBytes, maxBytes);
   }
   if (!allocBytes) return 2;
 

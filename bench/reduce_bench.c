@@ -22,8 +22,7 @@ static double now(void) {
 }
 
 /* Best of a few repetitions (seconds per call). */
-static double timeIt(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre,
-                     int post) {
+static double timeIt(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre, int post) {
   double best = 1e30;
   for (int r = 0; r < 5; r++) {
     double t0 = now();
@@ -71,8 +70,8 @@ int main(int argc, char** argv) {
       memcpy(d, a, n * commTypeSize((commDataType_t)t));
       double t2 = timeIt(&args, d, d, b, n, pre, post);
       double mb = 3.0 * (double)n * (double)commTypeSize((commDataType_t)t);
-      printf("%-11s %-10s %10.2f %10.2f %12.2f %12.2f\n", commTypeName((commDataType_t)t), kinds[k], t1 * 1e3,
-             t2 * 1e3, mb / t1 / 1e9, mb / t2 / 1e9);
+      printf("%-11s %-10s %10.2f %10.2f %12.2f %12.2f\n", commTypeName((commDataType_t)t), kinds[k], t1 * 1e3, t2 * 1e3,
+             mb / t1 / 1e9, mb / t2 / 1e9);
     }
   }
   free(a);

@@ -36,9 +36,12 @@ static size_t parseSize(const char* s) {
   char* end;
   double v = strtod(s, &end);
   switch (*end) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
+    case 'K':
+    case 'k': v *= 1024; break;
+    case 'M':
+    case 'm': v *= 1024 * 1024; break;
+    case 'G':
+    case 'g': v *= 1024.0 * 1024 * 1024; break;
     default: break;
   }
   return (size_t)v;
@@ -86,9 +89,7 @@ int main(int argc, char** argv) {
       case 'n': iters = atoi(optarg); break;
       case 'r': reps = atoi(optarg); break;
       case 's': nSock = atoi(optarg); break;
-      default:
-        fprintf(stderr, "usage: %s [-b MIN] [-e MAX] [-n ITERS] [-r REPS] [-s 1|2]\n", argv[0]);
-        return 2;
+      default: fprintf(stderr, "usage: %s [-b MIN] [-e MAX] [-n ITERS] [-r REPS] [-s 1|2]\n", argv[0]); return 2;
     }
   }
   if (minBytes < 1 || maxBytes < minBytes || iters < 1 || reps < 1 || reps > 1000 || (nSock != 1 && nSock != 2)) {
@@ -154,8 +155,7 @@ int main(int argc, char** argv) {
     if (failed) break;
     qsort(times, (size_t)reps, sizeof(double), cmpDouble);
     double t = times[reps / 2];
-    if (!isChild)
-      printf("  %12zu %14.2f %14.3f\n", n, t * 1e6, (double)n / t / 1e9);
+    if (!isChild) printf("  %12zu %14.2f %14.3f\n", n, t * 1e6, (double)n / t / 1e9);
   }
   if (failed) fprintf(stderr, "tcp_exchange: %s: exchange failed: %s\n", isChild ? "child" : "parent", strerror(errno));
   if (isChild) _exit(failed);

@@ -184,8 +184,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   int rc = 0;
-  printf("topo_bench: %d run(s) each, milliseconds (wall clock: median, min, max; process CPU time: median)\n",
-         runs);
+  printf("topo_bench: %d run(s) each, milliseconds (wall clock: median, min, max; process CPU time: median)\n", runs);
   printf("%-32s %-36s %10s %10s %10s %10s\n", "measure", "input", "median", "min", "max", "cpu med");
 
   /* (a) this machine: discovery; then discovery plus rings and trees over its devices */
@@ -196,8 +195,8 @@ int main(int argc, char** argv) {
       skipRow("discover (this machine)", "commTopoDiscover failed");
     } else {
       char detail[96];
-      snprintf(detail, sizeof(detail), "%d CPU, %d GPU, %d NIC, %d nodes", topo->hosts[0].nCpus,
-               topo->hosts[0].nGpus, topo->hosts[0].nNics, topo->nNodes);
+      snprintf(detail, sizeof(detail), "%d CPU, %d GPU, %d NIC, %d nodes", topo->hosts[0].nCpus, topo->hosts[0].nGpus,
+               topo->hosts[0].nNics, topo->nNodes);
       commTopoFree(topo);
       int ok = 1;
       for (int i = 0; i < runs && ok; i++) {

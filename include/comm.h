@@ -16,7 +16,7 @@ extern "C" {
 #define COMM_MINOR 1
 #define COMM_PATCH 0
 /* commGetVersion() returns COMM_VERSION_CODE. */
-#define COMM_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+#define COMM_VERSION(X, Y, Z) ((X)*10000 + (Y)*100 + (Z))
 #define COMM_VERSION_CODE COMM_VERSION(COMM_MAJOR, COMM_MINOR, COMM_PATCH)
 
 /* Same type as cudaStream_t, without including CUDA. NULL is the default stream. */
@@ -39,15 +39,20 @@ typedef enum {
 } commResult_t;
 
 typedef enum {
-  commInt8 = 0, commChar = 0,
+  commInt8 = 0,
+  commChar = 0,
   commUint8 = 1,
-  commInt32 = 2, commInt = 2,
+  commInt32 = 2,
+  commInt = 2,
   commUint32 = 3,
   commInt64 = 4,
   commUint64 = 5,
-  commFloat16 = 6, commHalf = 6,
-  commFloat32 = 7, commFloat = 7,
-  commFloat64 = 8, commDouble = 8,
+  commFloat16 = 6,
+  commHalf = 6,
+  commFloat32 = 7,
+  commFloat = 7,
+  commFloat64 = 8,
+  commDouble = 8,
   commBfloat16 = 9,
   commFloat8e4m3 = 10,
   commFloat8e5m2 = 11,
@@ -67,7 +72,7 @@ typedef enum {
 
 /* Where the scalar of a pre-multiplied sum lives. */
 typedef enum {
-  commScalarDevice = 0,   /* pointer to device memory, read when the collective runs */
+  commScalarDevice = 0,       /* pointer to device memory, read when the collective runs */
   commScalarHostImmediate = 1 /* pointer to host memory, read at creation */
 } commScalarResidence_t;
 
@@ -82,24 +87,24 @@ typedef struct {
 #define COMM_CONFIG_UNDEF_PTR NULL
 #define COMM_CONFIG_MAGIC 0xc0ffee01u
 typedef struct {
-  size_t size;           /* sizeof(commConfig_t) of the caller */
-  unsigned int magic;    /* COMM_CONFIG_MAGIC */
-  unsigned int version;  /* COMM_VERSION_CODE of the caller's header */
-  int blocking;          /* 1 (default): calls block; 0: init returns commInProgress, poll commGetAsyncError */
-  int cgaClusterSize;    /* CUDA executor hint; ignored on host */
-  int minCTAs;           /* CUDA executor hint; ignored on host */
-  int maxCTAs;           /* CUDA executor hint; ignored on host */
-  const char* netName;   /* network plugin to use ("Socket", "IB", ...); NULL: automatic */
-  int splitShare;        /* commSplit children share resources with the parent (1) or not (0) */
-  int timeoutMs;         /* overrides COMM_TIMEOUT_MS for this communicator; UNDEF: use env/default */
-  const char* commName;  /* name used in log lines; NULL: none */
+  size_t size;          /* sizeof(commConfig_t) of the caller */
+  unsigned int magic;   /* COMM_CONFIG_MAGIC */
+  unsigned int version; /* COMM_VERSION_CODE of the caller's header */
+  int blocking;         /* 1 (default): calls block; 0: init returns commInProgress, poll commGetAsyncError */
+  int cgaClusterSize;   /* CUDA executor hint; ignored on host */
+  int minCTAs;          /* CUDA executor hint; ignored on host */
+  int maxCTAs;          /* CUDA executor hint; ignored on host */
+  const char* netName;  /* network plugin to use ("Socket", "IB", ...); NULL: automatic */
+  int splitShare;       /* commSplit children share resources with the parent (1) or not (0) */
+  int timeoutMs;        /* overrides COMM_TIMEOUT_MS for this communicator; UNDEF: use env/default */
+  const char* commName; /* name used in log lines; NULL: none */
 } commConfig_t;
 
-#define COMM_CONFIG_INITIALIZER                                                                        \
-  {                                                                                                    \
-    sizeof(commConfig_t), COMM_CONFIG_MAGIC, COMM_VERSION_CODE, COMM_CONFIG_UNDEF_INT,                \
-        COMM_CONFIG_UNDEF_INT, COMM_CONFIG_UNDEF_INT, COMM_CONFIG_UNDEF_INT, COMM_CONFIG_UNDEF_PTR,    \
-        COMM_CONFIG_UNDEF_INT, COMM_CONFIG_UNDEF_INT, COMM_CONFIG_UNDEF_PTR                             \
+#define COMM_CONFIG_INITIALIZER                                                                               \
+  {                                                                                                           \
+    sizeof(commConfig_t), COMM_CONFIG_MAGIC, COMM_VERSION_CODE, COMM_CONFIG_UNDEF_INT, COMM_CONFIG_UNDEF_INT, \
+        COMM_CONFIG_UNDEF_INT, COMM_CONFIG_UNDEF_INT, COMM_CONFIG_UNDEF_PTR, COMM_CONFIG_UNDEF_INT,           \
+        COMM_CONFIG_UNDEF_INT, COMM_CONFIG_UNDEF_PTR                                                          \
   }
 
 /* commSplit: ranks passing this color get no communicator (*newcomm = NULL). */
@@ -114,8 +119,7 @@ const char* commGetLastError(comm_t comm);
 /* Communicator lifecycle */
 commResult_t commGetUniqueId(commUniqueId* uniqueId);
 commResult_t commInitRank(comm_t* comm, int nranks, commUniqueId commId, int rank);
-commResult_t commInitRankConfig(comm_t* comm, int nranks, commUniqueId commId, int rank,
-                                commConfig_t* config);
+commResult_t commInitRankConfig(comm_t* comm, int nranks, commUniqueId commId, int rank, commConfig_t* config);
 /* ndev ranks in this process; devlist may be NULL (devices 0..ndev-1, or host-only ranks). */
 commResult_t commInitAll(comm_t* comms, int ndev, const int* devlist);
 commResult_t commSplit(comm_t comm, int color, int key, comm_t* newcomm, commConfig_t* config);
@@ -150,22 +154,21 @@ commResult_t commRedOpDestroy(commRedOp_t op, comm_t comm);
 
 /* Collectives. Host buffers: the call returns when the operation is complete (inside a group, at
  * commGroupEnd). Counts are in elements of datatype. */
-commResult_t commAllReduce(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype,
-                           commRedOp_t op, comm_t comm, commStream_t stream);
-commResult_t commBroadcast(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype,
-                           int root, comm_t comm, commStream_t stream);
-commResult_t commReduce(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype,
-                        commRedOp_t op, int root, comm_t comm, commStream_t stream);
+commResult_t commAllReduce(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype, commRedOp_t op,
+                           comm_t comm, commStream_t stream);
+commResult_t commBroadcast(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype, int root,
+                           comm_t comm, commStream_t stream);
+commResult_t commReduce(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype, commRedOp_t op,
+                        int root, comm_t comm, commStream_t stream);
 /* sendcount elements from each rank; recvbuff holds nranks * sendcount. */
-commResult_t commAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                           commDataType_t datatype, comm_t comm, commStream_t stream);
+commResult_t commAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, commDataType_t datatype, comm_t comm,
+                           commStream_t stream);
 /* sendbuff holds nranks * recvcount; each rank receives recvcount reduced elements. */
-commResult_t commReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                               commDataType_t datatype, commRedOp_t op, comm_t comm,
-                               commStream_t stream);
+commResult_t commReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, commDataType_t datatype,
+                               commRedOp_t op, comm_t comm, commStream_t stream);
 /* count elements to and from each peer; buffers hold nranks * count. */
-commResult_t commAllToAll(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype,
-                          comm_t comm, commStream_t stream);
+commResult_t commAllToAll(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype, comm_t comm,
+                          commStream_t stream);
 /* Every rank's count elements into the root's recvbuff (nranks * count, in rank order); the reverse for
  * scatter (the root's sendbuff holds nranks * count). Grouped sends and receives through the root. */
 commResult_t commGather(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype, int root,

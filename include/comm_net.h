@@ -30,15 +30,15 @@ typedef enum { COMM_NET_LOG_WARN = 1, COMM_NET_LOG_INFO = 2, COMM_NET_LOG_TRACE 
 typedef void (*commNetLogger_t)(commNetLogLevel_t level, const char* file, int line, const char* fmt, ...);
 
 typedef struct {
-  char* name;        /* device name, e.g. "eth0" or "mlx5_0" */
-  char* pciPath;     /* sysfs PCI path, or NULL */
-  uint64_t guid;     /* unique id of the device */
-  int ptrSupport;    /* COMM_PTR_HOST | COMM_PTR_CUDA */
-  int speedMbps;     /* link speed */
+  char* name;     /* device name, e.g. "eth0" or "mlx5_0" */
+  char* pciPath;  /* sysfs PCI path, or NULL */
+  uint64_t guid;  /* unique id of the device */
+  int ptrSupport; /* COMM_PTR_HOST | COMM_PTR_CUDA */
+  int speedMbps;  /* link speed */
   int port;
-  float latencyUs;   /* 0: unknown */
+  float latencyUs; /* 0: unknown */
   int maxComms;
-  int maxRecvs;      /* grouped receives supported by irecv (1: none) */
+  int maxRecvs; /* grouped receives supported by irecv (1: none) */
   size_t maxMessageBytes;
 } commNetProperties_t;
 
@@ -62,8 +62,7 @@ typedef struct {
   /* Post a send. *request stays NULL if it cannot be posted now. */
   commResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request);
   /* Post n receives (n <= maxRecvs). sizes[i] is the capacity of data[i]. */
-  commResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
-                        void** request);
+  commResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** request);
   /* Make received data visible to the GPU (no-op for host memory). */
   commResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
   /* *done becomes 1 when the request completed; sizes[i] then holds the received bytes. A completed
@@ -86,8 +85,7 @@ typedef struct {
   commResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
   commResult_t (*deregMr)(void* comm, void* mhandle);
   commResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request);
-  commResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
-                        void** request);
+  commResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** request);
   commResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
   commResult_t (*test)(void* request, int* done, size_t* sizes);
   commResult_t (*closeSend)(void* sendComm);

@@ -81,10 +81,14 @@ static int parseSize(const char* s, size_t* out) {
   if (end == s || errno || v < 0) return -1;
   double mul = 1;
   switch (*end) {
-    case 'k': case 'K': mul = 1024.0, end++; break;
-    case 'm': case 'M': mul = 1024.0 * 1024, end++; break;
-    case 'g': case 'G': mul = 1024.0 * 1024 * 1024, end++; break;
-    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024, end++; break;
+    case 'k':
+    case 'K': mul = 1024.0, end++; break;
+    case 'm':
+    case 'M': mul = 1024.0 * 1024, end++; break;
+    case 'g':
+    case 'G': mul = 1024.0 * 1024 * 1024, end++; break;
+    case 't':
+    case 'T': mul = 1024.0 * 1024 * 1024 * 1024, end++; break;
     default: break;
   }
   if (*end == 'b' || *end == 'B') end++;
@@ -135,17 +139,23 @@ static int parseOp(const char* s) {
 /* Returns 0 to run, 1 when help was printed, -1 on a bad option. */
 static int parseArgs(int argc, char** argv) {
   /* s2: a second short name (-M and -m both set the memory). */
-  static const struct { const char* s; const char* s2; const char* l; } names[] = {
-      {"-b", NULL, "--minbytes"}, {"-e", NULL, "--maxbytes"}, {"-f", NULL, "--stepfactor"},
-      {"-i", NULL, "--stepbytes"}, {"-n", NULL, "--iters"}, {"-w", NULL, "--warmup_iters"},
-      {"-c", NULL, "--check"}, {"-d", NULL, "--datatype"}, {"-o", NULL, "--op"}, {"-r", NULL, "--root"},
-      {"-M", "-m", "--memory"}, {"-np", NULL, "--nprocs"}, {"-t", NULL, "--nthreads"}, {"-G", NULL, "--cudagraph"},
-      {"-H", NULL, "--hostperproc"}};
+  static const struct {
+    const char* s;
+    const char* s2;
+    const char* l;
+  } names[] = {{"-b", NULL, "--minbytes"},  {"-e", NULL, "--maxbytes"},  {"-f", NULL, "--stepfactor"},
+               {"-i", NULL, "--stepbytes"}, {"-n", NULL, "--iters"},     {"-w", NULL, "--warmup_iters"},
+               {"-c", NULL, "--check"},     {"-d", NULL, "--datatype"},  {"-o", NULL, "--op"},
+               {"-r", NULL, "--root"},      {"-M", "-m", "--memory"},    {"-np", NULL, "--nprocs"},
+               {"-t", NULL, "--nthreads"},  {"-G", NULL, "--cudagraph"}, {"-H", NULL, "--hostperproc"}};
   int factorSet = 0, stepSet = 0;
   opts = (perfOpts_t){8, 64u << 20, 1u << 20, 2, 20, 5, 1, 0, memAuto, 0, 0, 1, 0, {commFloat32}, 1, {opSum}, 1};
   for (int a = 1; a < argc; a++) {
     const char* arg = argv[a];
-    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) { usage(stdout); return 1; }
+    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+      usage(stdout);
+      return 1;
+    }
     int which = -1;
     const char* val = NULL;
     for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
@@ -154,19 +164,35 @@ static int parseArgs(int argc, char** argv) {
         which = (int)k;
         break;
       }
-      if (!strncmp(arg, names[k].l, ll) && arg[ll] == '=') { which = (int)k, val = arg + ll + 1; break; }
+      if (!strncmp(arg, names[k].l, ll) && arg[ll] == '=') {
+        which = (int)k, val = arg + ll + 1;
+        break;
+      }
     }
-    if (which < 0) { fprintf(stderr, "%s: unknown option '%s'\n", progName, arg); return -1; }
+    if (which < 0) {
+      fprintf(stderr, "%s: unknown option '%s'\n", progName, arg);
+      return -1;
+    }
     if (!val) {
-      if (a + 1 >= argc) { fprintf(stderr, "%s: option '%s' needs a value\n", progName, arg); return -1; }
+      if (a + 1 >= argc) {
+        fprintf(stderr, "%s: option '%s' needs a value\n", progName, arg);
+        return -1;
+      }
       val = argv[++a];
     }
     int bad = 0, iv = 0;
     switch (which) {
       case 0: bad = parseSize(val, &opts.minBytes); break;
       case 1: bad = parseSize(val, &opts.maxBytes); break;
-      case 2: bad = perfParseInt(val, 1, &iv); opts.stepFactor = (size_t)iv; factorSet = 1; break;
-      case 3: bad = parseSize(val, &opts.stepBytes) || opts.stepBytes == 0; stepSet = 1; break;
+      case 2:
+        bad = perfParseInt(val, 1, &iv);
+        opts.stepFactor = (size_t)iv;
+        factorSet = 1;
+        break;
+      case 3:
+        bad = parseSize(val, &opts.stepBytes) || opts.stepBytes == 0;
+        stepSet = 1;
+        break;
       case 4: bad = perfParseInt(val, 1, &opts.iters); break;
       case 5: bad = perfParseInt(val, 0, &opts.warmup); break;
       case 6: bad = perfParseInt(val, 0, &opts.check) || opts.check > 1; break;
@@ -185,7 +211,10 @@ static int parseArgs(int argc, char** argv) {
       case 14: bad = perfParseInt(val, 0, &opts.hostPerProc) || opts.hostPerProc > 1; break;
       default: bad = 1; break;
     }
-    if (bad) { fprintf(stderr, "%s: bad value '%s' for %s\n", progName, val, arg); return -1; }
+    if (bad) {
+      fprintf(stderr, "%s: bad value '%s' for %s\n", progName, val, arg);
+      return -1;
+    }
   }
   if (stepSet && !factorSet) opts.stepFactor = 1; /* -i alone: additive steps */
   if (opts.maxBytes < opts.minBytes) {
@@ -201,9 +230,9 @@ static int parseArgs(int argc, char** argv) {
 
 typedef int CUresult_t;
 typedef unsigned long long CUdeviceptr_t;
-typedef void* CUgraph_t;     /* CUgraph */
-typedef void* CUgraphExec_t; /* CUgraphExec */
-#define PERF_CU_STREAM_NON_BLOCKING 0x1           /* CU_STREAM_NON_BLOCKING */
+typedef void* CUgraph_t;                           /* CUgraph */
+typedef void* CUgraphExec_t;                       /* CUgraphExec */
+#define PERF_CU_STREAM_NON_BLOCKING 0x1            /* CU_STREAM_NON_BLOCKING */
 #define PERF_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL 1 /* CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: ranks are threads */
 static struct {
   CUresult_t (*init)(unsigned);
@@ -269,13 +298,13 @@ static int cudaLoad(void) {
             commGetErrorString(commInvalidUsage), dlerror());
     return -1;
   }
-#define CU_SYM(field, name)                                                                         \
-  do {                                                                                              \
-    *(void**)&cu.field = dlsym(h, name);                                                            \
-    if (!cu.field) {                                                                                \
-      fprintf(stderr, "%s: %s: libcuda.so.1 lacks %s\n", progName, memFlag(), name);                \
-      return -1;                                                                                    \
-    }                                                                                               \
+#define CU_SYM(field, name)                                                          \
+  do {                                                                               \
+    *(void**)&cu.field = dlsym(h, name);                                             \
+    if (!cu.field) {                                                                 \
+      fprintf(stderr, "%s: %s: libcuda.so.1 lacks %s\n", progName, memFlag(), name); \
+      return -1;                                                                     \
+    }                                                                                \
   } while (0)
   CU_SYM(init, "cuInit");
   CU_SYM(deviceGetCount, "cuDeviceGetCount");
@@ -325,40 +354,40 @@ typedef struct {
 
 static void reportFailure(rankCtx_t* c, const char* what, commResult_t res) {
   const char* last = commGetLastError(c->comm);
-  fprintf(stderr, "# rank %d: %s failed: %s%s%s\n", c->rank, what, commGetErrorString(res),
-          last && *last ? ": " : "", last && *last ? last : "");
+  fprintf(stderr, "# rank %d: %s failed: %s%s%s\n", c->rank, what, commGetErrorString(res), last && *last ? ": " : "",
+          last && *last ? last : "");
   c->failed = 1;
 }
 
-#define PCHECK(c, call)                                                                             \
-  do {                                                                                              \
-    commResult_t res_ = (call);                                                                     \
-    if (res_ != commSuccess) {                                                                      \
-      reportFailure((c), #call, res_);                                                              \
-      return -1;                                                                                    \
-    }                                                                                               \
+#define PCHECK(c, call)                \
+  do {                                 \
+    commResult_t res_ = (call);        \
+    if (res_ != commSuccess) {         \
+      reportFailure((c), #call, res_); \
+      return -1;                       \
+    }                                  \
   } while (0)
 
 /* One call of the collective under test, reported by its name. */
-#define RUNCHECK(c, args)                                                                           \
-  do {                                                                                              \
-    commResult_t res_ = coll->run(args);                                                            \
-    if (res_ != commSuccess) {                                                                      \
-      char what_[64];                                                                               \
-      snprintf(what_, sizeof(what_), "comm%s", coll->name);                                         \
-      reportFailure((c), what_, res_);                                                              \
-      return -1;                                                                                    \
-    }                                                                                               \
+#define RUNCHECK(c, args)                                   \
+  do {                                                      \
+    commResult_t res_ = coll->run(args);                    \
+    if (res_ != commSuccess) {                              \
+      char what_[64];                                       \
+      snprintf(what_, sizeof(what_), "comm%s", coll->name); \
+      reportFailure((c), what_, res_);                      \
+      return -1;                                            \
+    }                                                       \
   } while (0)
 
-#define CUCHECK(c, call)                                                                            \
-  do {                                                                                              \
-    CUresult_t r_ = (call);                                                                         \
-    if (r_ != 0) {                                                                                  \
-      fprintf(stderr, "# rank %d: %s failed: %s\n", (c)->rank, #call, cuErr(r_));                  \
-      (c)->failed = 1;                                                                              \
-      return -1;                                                                                    \
-    }                                                                                               \
+#define CUCHECK(c, call)                                                          \
+  do {                                                                            \
+    CUresult_t r_ = (call);                                                       \
+    if (r_ != 0) {                                                                \
+      fprintf(stderr, "# rank %d: %s failed: %s\n", (c)->rank, #call, cuErr(r_)); \
+      (c)->failed = 1;                                                            \
+      return -1;                                                                  \
+    }                                                                             \
   } while (0)
 
 double perfNowSec(void) {
@@ -459,8 +488,8 @@ typedef struct {
 } sweepCfg_t;
 
 /* Sets up the buffers of one variant (0 out-of-place, 1 in-place) and fills the input on the host. */
-static void layout(rankCtx_t* c, const sweepCfg_t* s, int inplace, size_t count, perfCallArgs_t* a,
-                   size_t* recvOff, size_t* sendOff, size_t* sendElems, size_t* recvElems, int sentinel) {
+static void layout(rankCtx_t* c, const sweepCfg_t* s, int inplace, size_t count, perfCallArgs_t* a, size_t* recvOff,
+                   size_t* sendOff, size_t* sendElems, size_t* recvElems, int sentinel) {
   size_t sz = perfTypes[s->type].size, n = (size_t)c->nranks;
   *sendElems = (coll->sendMul ? coll->sendMul : n) * count;
   *recvElems = (coll->recvMul ? coll->recvMul : n) * count;
@@ -487,8 +516,7 @@ static void layout(rankCtx_t* c, const sweepCfg_t* s, int inplace, size_t count,
     default:
       *sendOff = 0, *recvOff = 0;
       fillPattern(c->hrecv, 0, *sendElems, 0, s->type, &s->pat, c->rank);
-      if (*recvElems > *sendElems && sentinel)
-        memset(c->hrecv + *sendElems * sz, 0xA5, (*recvElems - *sendElems) * sz);
+      if (*recvElems > *sendElems && sentinel) memset(c->hrecv + *sendElems * sz, 0xA5, (*recvElems - *sendElems) * sz);
       break;
   }
   a->sendbuff = base + *sendOff, a->recvbuff = base + *recvOff;
@@ -645,7 +673,10 @@ static int printHeader(rankCtx_t* c) {
   enum { slot = 64 };
   size_t bytes = (size_t)c->nranks * slot;
   unsigned char* info = calloc(bytes, 1);
-  if (!info) { c->failed = 1; return -1; }
+  if (!info) {
+    c->failed = 1;
+    return -1;
+  }
   char host[48] = "?";
   gethostname(host, sizeof(host) - 1);
   snprintf((char*)info + (size_t)c->rank * slot, slot, "%d %d %s", (int)getpid(), c->cudaDev, host);
@@ -661,7 +692,8 @@ static int printHeader(rankCtx_t* c) {
     commGetVersion(&ver);
     char types[256] = "", ops[128] = "";
     for (int i = 0; i < opts.ntypes; i++)
-      snprintf(types + strlen(types), sizeof(types) - strlen(types), "%s%s", i ? "," : "", perfTypes[opts.types[i]].name);
+      snprintf(types + strlen(types), sizeof(types) - strlen(types), "%s%s", i ? "," : "",
+               perfTypes[opts.types[i]].name);
     for (int i = 0; i < opts.nops; i++)
       snprintf(ops + strlen(ops), sizeof(ops) - strlen(ops), "%s%s", i ? "," : "", perfOpNames[opts.ops[i]]);
     printf("# %s (%s), libcomm %d.%d.%d\n", coll->name, progName, ver / 10000, ver / 100 % 100, ver % 100);
@@ -669,9 +701,9 @@ static int printHeader(rankCtx_t* c) {
     if (opts.graphs > 0) snprintf(graphs, sizeof(graphs), " graph launches: %d", opts.graphs);
     printf("# nRanks %d nThread %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d "
            "validation: %d memory: %s%s\n",
-           c->nranks, opts.nthreads, opts.minBytes, opts.maxBytes, opts.stepFactor > 1 ? opts.stepFactor : opts.stepBytes,
-           opts.stepFactor > 1 ? "factor" : "bytes", opts.warmup, opts.iters, opts.check, opts.device ? "device" : "host",
-           graphs);
+           c->nranks, opts.nthreads, opts.minBytes, opts.maxBytes,
+           opts.stepFactor > 1 ? opts.stepFactor : opts.stepBytes, opts.stepFactor > 1 ? "factor" : "bytes",
+           opts.warmup, opts.iters, opts.check, opts.device ? "device" : "host", graphs);
     printf("# Collective %s  datatype %s  redop %s  root %d\n", coll->name, types, coll->usesOp ? ops : "none",
            coll->usesRoot ? opts.root : -1);
     printf("#\n# Using ranks\n");
@@ -739,7 +771,10 @@ static int rankRun(rankCtx_t* c) {
       int rc = sweep(c, &s);
       if (s.op == opPreMulSum) {
         commResult_t res = commRedOpDestroy(s.commOp, c->comm);
-        if (rc == 0 && res != commSuccess) { reportFailure(c, "commRedOpDestroy", res); return -1; }
+        if (rc == 0 && res != commSuccess) {
+          reportFailure(c, "commRedOpDestroy", res);
+          return -1;
+        }
       }
       if (rc) return -1;
     }
@@ -752,7 +787,10 @@ static int rankRun(rankCtx_t* c) {
   PCHECK(c, commFinalize(c->comm));
   commResult_t res = commDestroy(c->comm);
   c->comm = NULL;
-  if (res != commSuccess) { reportFailure(c, "commDestroy", res); return -1; }
+  if (res != commSuccess) {
+    reportFailure(c, "commDestroy", res);
+    return -1;
+  }
   return c->wrongTotal > 0 ? 1 : 0;
 }
 
@@ -780,7 +818,10 @@ int perfMain(const perfColl_t* c, int argc, char** argv) {
   progName = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
   int pr = parseArgs(argc, argv);
   if (pr) return pr > 0 ? 0 : 2;
-  if (perfBuildTables()) { fprintf(stderr, "%s: out of memory\n", progName); return 1; }
+  if (perfBuildTables()) {
+    fprintf(stderr, "%s: out of memory\n", progName);
+    return 1;
+  }
   if (opts.device == memAuto) opts.device = memAutoPicked = gpuPresent(); /* no GPU: host, silently */
   if (!opts.device && opts.graphs > 0) graphIgnored = 1, opts.graphs = 0; /* rank 0 says so */
   if (opts.device && cudaLoad()) return 1;

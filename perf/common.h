@@ -15,7 +15,7 @@
 
 /* Where the in-place variant puts the send buffer relative to the receive buffer. */
 typedef enum {
-  perfInPlaceSame = 0,      /* sendbuff == recvbuff */
+  perfInPlaceSame = 0,       /* sendbuff == recvbuff */
   perfInPlaceSendInRecv = 1, /* sendbuff = recvbuff + rank * count (allgather) */
   perfInPlaceRecvInSend = 2, /* recvbuff = sendbuff + rank * count (reducescatter) */
   perfInPlaceNone = 3        /* no in-place variant: the columns print N/A */
@@ -36,12 +36,12 @@ typedef struct {
 } perfCallArgs_t;
 
 typedef struct {
-  const char* name;     /* "AllReduce": printed in the header */
-  int usesOp;           /* 1: the redop column and -o matter */
-  int usesRoot;         /* 1: the root column and -r matter */
-  int sizeIsTotal;      /* 1: "size" is nranks * count * eltsize (allgather, reducescatter, alltoall) */
-  size_t sendMul;       /* send buffer holds sendMul * count elements (a multiplier of 0 means nranks) */
-  size_t recvMul;       /* receive buffer holds recvMul * count elements (0 means nranks) */
+  const char* name; /* "AllReduce": printed in the header */
+  int usesOp;       /* 1: the redop column and -o matter */
+  int usesRoot;     /* 1: the root column and -r matter */
+  int sizeIsTotal;  /* 1: "size" is nranks * count * eltsize (allgather, reducescatter, alltoall) */
+  size_t sendMul;   /* send buffer holds sendMul * count elements (a multiplier of 0 means nranks) */
+  size_t recvMul;   /* receive buffer holds recvMul * count elements (0 means nranks) */
   perfInPlace_t inPlace;
   double (*busBwFactor)(int nranks);
   commResult_t (*run)(const perfCallArgs_t* args);

@@ -53,7 +53,10 @@ static int runThreads(const commUniqueId* id, int base, int nranks, int localBas
   int nt = L->nthreads;
   rankArg_t* args = calloc((size_t)nt, sizeof(rankArg_t));
   pthread_t* th = calloc((size_t)nt, sizeof(pthread_t));
-  if (!args || !th) { fprintf(stderr, "%s: out of memory\n", L->progName); return 1; }
+  if (!args || !th) {
+    fprintf(stderr, "%s: out of memory\n", L->progName);
+    return 1;
+  }
   int started = 0;
   for (int t = 0; t < nt; t++) {
     args[t].rank = base + t, args[t].nranks = nranks, args[t].localRank = localBase + t, args[t].id = *id;
@@ -110,15 +113,28 @@ static int runForked(void) {
   int np = L->nprocs, nranks = np * L->nthreads;
   pid_t* pids = calloc((size_t)np, sizeof(pid_t));
   int* wfd = calloc((size_t)np, sizeof(int));
-  if (!pids || !wfd) { fprintf(stderr, "%s: out of memory\n", L->progName); return 1; }
+  if (!pids || !wfd) {
+    fprintf(stderr, "%s: out of memory\n", L->progName);
+    return 1;
+  }
   fflush(stdout);
   fflush(stderr);
   int forked = 0, status = 0;
   for (int p = 0; p < np; p++) {
     int fd[2];
-    if (pipe(fd)) { perror("pipe"); status = 1; break; }
+    if (pipe(fd)) {
+      perror("pipe");
+      status = 1;
+      break;
+    }
     pid_t pid = fork();
-    if (pid < 0) { perror("fork"); close(fd[0]); close(fd[1]); status = 1; break; }
+    if (pid < 0) {
+      perror("fork");
+      close(fd[0]);
+      close(fd[1]);
+      status = 1;
+      break;
+    }
     if (pid == 0) {
       for (int q = 0; q < p; q++) close(wfd[q]);
       close(fd[1]);
@@ -181,7 +197,8 @@ static int runForked(void) {
       if (pids[p] == w) pids[p] = 0, alive--;
     int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
     if (!ok) {
-      if (WIFSIGNALED(st)) fprintf(stderr, "%s: rank process %d died of signal %d\n", L->progName, (int)w, WTERMSIG(st));
+      if (WIFSIGNALED(st))
+        fprintf(stderr, "%s: rank process %d died of signal %d\n", L->progName, (int)w, WTERMSIG(st));
       status = 1;
       if (deadline == 0) deadline = perfNowSec() + 15;
     }

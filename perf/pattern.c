@@ -32,7 +32,7 @@ const perfType_t perfTypes[commNumTypes] = {
  * holds inf/NaN (half, bfloat16, e5m2); otherwise only all-ones exponent and mantissa is NaN (e4m3). */
 static uint32_t encMini(double v, int ebits, int mbits, int bias, int ieee) {
   uint32_t sign = signbit(v) ? 1u : 0u, out;
-  int emax = (1 << ebits) - 1 - (ieee ? 1 : 0); /* largest biased exponent of a finite value */
+  int emax = (1 << ebits) - 1 - (ieee ? 1 : 0);                      /* largest biased exponent of a finite value */
   uint32_t mmaxTop = (ieee ? (1u << mbits) - 1 : (1u << mbits) - 2); /* mantissa limit at emax */
   v = fabs(v);
   if (isnan(v)) return (sign << (ebits + mbits)) | ((1u << (ebits + mbits)) - 1);
@@ -48,8 +48,8 @@ static uint32_t encMini(double v, int ebits, int mbits, int bias, int ieee) {
     uint32_t m = (uint32_t)q;
     if (m == (2u << mbits)) m >>= 1, be++;
     if (be > emax || (be == emax && (m & ((1u << mbits) - 1)) > mmaxTop)) { /* overflow */
-      if (ieee) out = (uint32_t)(emax + 1) << mbits;        /* inf */
-      else out = ((uint32_t)emax << mbits) | mmaxTop;       /* saturate */
+      if (ieee) out = (uint32_t)(emax + 1) << mbits;                        /* inf */
+      else out = ((uint32_t)emax << mbits) | mmaxTop;                       /* saturate */
     } else {
       out = ((uint32_t)be << mbits) | (m & ((1u << mbits) - 1));
     }
@@ -136,9 +136,11 @@ pattern_t perfMakePattern(int op, commDataType_t t, int nranks) {
   double lim = perfTypes[t].exactMax;
   double cap = 63;
   switch (op) {
-    case opSum: case opAvg: p.vmax = (int)fmin(cap, floor(lim / nranks)); break;
+    case opSum:
+    case opAvg: p.vmax = (int)fmin(cap, floor(lim / nranks)); break;
     case opPreMulSum: p.vmax = (int)fmin(cap, floor(lim / (2.0 * nranks))); break;
-    case opMax: case opMin:
+    case opMax:
+    case opMin:
       p.vmax = (int)fmin(cap, lim);
       p.off = perfTypes[t].isSigned ? p.vmax / 2 : 0;
       break;

@@ -1,7 +1,10 @@
 /* reduce_perf: commReduce bandwidth and correctness. SPDX-License-Identifier: Apache-2.0 */
 #include "common.h"
 
-static double busBw(int n) { (void)n; return 1.0; }
+static double busBw(int n) {
+  (void)n;
+  return 1.0;
+}
 
 static commResult_t run(const perfCallArgs_t* a) {
   return commReduce(a->sendbuff, a->recvbuff, a->count, a->type, a->op, a->root, a->comm, a->stream);

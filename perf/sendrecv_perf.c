@@ -3,7 +3,10 @@
  * send and a receive on the same buffer in one group race with each other. */
 #include "common.h"
 
-static double busBw(int n) { (void)n; return 1.0; }
+static double busBw(int n) {
+  (void)n;
+  return 1.0;
+}
 
 static commResult_t run(const perfCallArgs_t* a) {
   int next = (a->rank + 1) % a->nranks, prev = (a->rank - 1 + a->nranks) % a->nranks;

@@ -6,19 +6,20 @@
 #                libclang-rt-dev (libFuzzer for the topology parser's fuzz run) libibverbs-dev (the IB
 #                transport's header: it and its tests, which run over an in-process fake device, build with it)
 #                python3 ca-certificates (scripts/fetch_nccl_header.py: NVIDIA's nccl.h for the drop-in's ABI
-#                test where no CUDA toolkit has it)
+#                test where no CUDA toolkit has it) clang-format (scripts/check_format.sh: the tree follows
+#                .clang-format)
 #   --build      only what the library and the perf tools need (no cmocka, no iproute2)
 #   --bench      also the peers the benchmarks compare against (openmpi-bin libopenmpi-dev libgloo-dev)
 set -euo pipefail
 
 build=(build-essential cmake pkg-config libhwloc-dev)
-tests=(libcmocka-dev iproute2 clang libclang-rt-dev libibverbs-dev python3 ca-certificates)
+tests=(libcmocka-dev iproute2 clang libclang-rt-dev libibverbs-dev python3 ca-certificates clang-format)
 bench=()
 for arg in "$@"; do
   case "$arg" in
     --build) tests=() ;;
     --bench) bench=(openmpi-bin libopenmpi-dev libgloo-dev) ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "install_deps.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -36,6 +37,7 @@ usable() {
         cc -E -x c - ;;
     iproute2) command -v ip ;;
     clang) command -v clang ;;
+    clang-format) command -v clang-format ;;
     libclang-rt-dev)  # libFuzzer, for scripts/fuzz_topo.sh
       command -v clang && printf 'int LLVMFuzzerTestOneInput(const char*d,unsigned long n){(void)d;(void)n;return 0;}\n' |
         clang -fsanitize=fuzzer -x c - -o /dev/null ;;

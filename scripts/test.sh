@@ -9,7 +9,8 @@
 # threads of one process: TSan does not follow the forked multi-process runs). Between the two passes, the
 # topology XML reader is fuzzed for FUZZ_SECONDS (default 60) with libFuzzer (scripts/fuzz_topo.sh; skip
 # with COMM_TEST_SKIP_FUZZ=1). Before the build, scripts/check_layers.py checks that every layer includes only
-# the layers below it, and after it that every object file calls only those (docs/ARCHITECTURE.md).
+# the layers below it (and after it that every object file calls only those: docs/ARCHITECTURE.md), and
+# scripts/check_format.sh that the sources follow .clang-format.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -30,6 +31,7 @@ failed=()
 # after the build.
 echo "=== test.sh: layers ==="
 python3 scripts/check_layers.py || failed+=("layers")
+./scripts/check_format.sh || failed+=("format")
 
 echo "=== test.sh: build-test (warnings as errors) ==="
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOMM_WERROR=ON ${nccl_ref[@]+"${nccl_ref[@]}"}

@@ -58,9 +58,12 @@ static const struct {
   const char* name;
   commFunc_t func;
   int perRankBlocks; /* count is per rank: the sizes are the total of n blocks */
-} funcs[] = {{"allreduce", commFuncAllReduce, 0},         {"broadcast", commFuncBroadcast, 0},
-             {"reduce", commFuncReduce, 0},               {"allgather", commFuncAllGather, 1},
-             {"reducescatter", commFuncReduceScatter, 1}, {"alltoall", commFuncAllToAll, 1}};
+} funcs[] = {{"allreduce", commFuncAllReduce, 0},
+             {"broadcast", commFuncBroadcast, 0},
+             {"reduce", commFuncReduce, 0},
+             {"allgather", commFuncAllGather, 1},
+             {"reducescatter", commFuncReduceScatter, 1},
+             {"alltoall", commFuncAllToAll, 1}};
 #define NFUNCS ((int)(sizeof(funcs) / sizeof(funcs[0])))
 
 static const char* const algoKeys[commNumAlgos] = {"ring", "tree", "colltree", "pat", "oneshot", "pairwise"};
@@ -355,9 +358,9 @@ static void runSim(const simOpts* o, simSet* set, rowResult* row, traceReq* tr, 
     row->simUs = res.totalUs;
     if (t0 && t1) {
       char title[256];
-      snprintf(title, sizeof(title), "%s %s/%s, %d ranks (%d per node), count %zu %s, %d channel(s)",
-               funcs[o->fi].name, algoKeys[row->algo], protoKeys[row->proto], o->nRanks, o->perNode, count,
-               commTypeName(o->type), row->nChannels);
+      snprintf(title, sizeof(title), "%s %s/%s, %d ranks (%d per node), count %zu %s, %d channel(s)", funcs[o->fi].name,
+               algoKeys[row->algo], protoKeys[row->proto], o->nRanks, o->perNode, count, commTypeName(o->type),
+               row->nChannels);
       size_t written;
       int truncated;
       tr->done = 1;
@@ -414,7 +417,7 @@ static void runRow(const simOpts* o, size_t count, int first, rowResult* row, tr
   int doSim = estPieces <= (double)o->simLimit;
   int doStats = estSteps <= (double)o->simLimit * SIM_STATS_FACTOR;
   int doVerify = o->verify < 0 ? estPieces <= (double)o->simLimit / SIM_VERIFY_FRACTION && n <= SIM_VERIFY_MAX_RANKS
-                                : o->verify;
+                               : o->verify;
   if (!doSim) {
     row->simState = SIM_SKIPPED;
     addNote(row, "about %.3g pieces in all, above -L %zu: %s", estPieces, o->simLimit,
@@ -486,20 +489,18 @@ static void runRow(const simOpts* o, size_t count, int first, rowResult* row, tr
 /* Output */
 
 static void printHeader(const simOpts* o) {
-  printf("# comm_sim: %s, %d ranks, %d per node (%d nodes), %s, intra=%s inter=%s\n", funcs[o->fi].name,
-         o->nRanks, o->perNode, o->nNodes, commTypeName(o->type), linkKeys[o->intra], linkKeys[o->inter]);
+  printf("# comm_sim: %s, %d ranks, %d per node (%d nodes), %s, intra=%s inter=%s\n", funcs[o->fi].name, o->nRanks,
+         o->perNode, o->nNodes, commTypeName(o->type), linkKeys[o->intra], linkKeys[o->inter]);
   if (funcs[o->fi].perRankBlocks)
     printf("# bytes: the total of the %d blocks (count per rank = bytes / %d / %zu)\n", o->nRanks, o->nRanks, o->elt);
-  else
-    printf("# bytes: the buffer (count = bytes / %zu)\n", o->elt);
+  else printf("# bytes: the buffer (count = bytes / %zu)\n", o->elt);
   char ch[64];
   if (o->channels) snprintf(ch, sizeof(ch), "%d (-C)", o->channels);
   else snprintf(ch, sizeof(ch), "the tuner's (max %d)", o->maxCh);
   printf("# FIFO: %d slots of %zu B per connection; channels: %s; root %d; '*': the tuner's pick; '-': not run\n",
          SIM_NSLOTS, pieceElems(o) * o->elt, ch, o->root);
-  printf("#%11s  %-9s %-6s %3s %14s %14s %8s %9s %14s %14s %14s  %s\n", "bytes", "algo", "proto", "ch",
-         "predicted(us)", "simulated(us)", "sim/pred", "steps/ch", "rank-intra(B)", "rank-inter(B)",
-         "node-inter(B)", "verified");
+  printf("#%11s  %-9s %-6s %3s %14s %14s %8s %9s %14s %14s %14s  %s\n", "bytes", "algo", "proto", "ch", "predicted(us)",
+         "simulated(us)", "sim/pred", "steps/ch", "rank-intra(B)", "rank-inter(B)", "node-inter(B)", "verified");
 }
 
 static void printRow(size_t bytes, const rowResult* r) {
@@ -532,8 +533,8 @@ static void printRow(size_t bytes, const rowResult* r) {
     }
     ver = r->verState == VER_OK ? "VERIFIED" : r->verState == VER_FAILED ? "FAILED" : "-";
   }
-  printf(" %11zu  %-9s %-6s %3d %14s %14s %8s %9s %14s %14s %14s  %s\n", bytes, algoKeys[r->algo],
-         protoKeys[r->proto], r->nChannels, pred, sim, ratio, steps, bi, be, bn, ver);
+  printf(" %11zu  %-9s %-6s %3d %14s %14s %8s %9s %14s %14s %14s  %s\n", bytes, algoKeys[r->algo], protoKeys[r->proto],
+         r->nChannels, pred, sim, ratio, steps, bi, be, bn, ver);
   if (r->note[0]) printf("#   %s/%s at %zu B: %s\n", algoKeys[r->algo], protoKeys[r->proto], bytes, r->note);
   fflush(stdout);
 }
@@ -709,14 +710,13 @@ int main(int argc, char** argv) {
     for (int a = 0; a < commNumAlgos; a++) {
       if (!(o.algoMask >> a & 1u)) continue;
       if (commAlgoBuilder(a, o.func) == NULL) {
-        if (o.algosExplicit && si == 0)
-          printf("#   %s does not implement %s\n", algoKeys[a], funcs[o.fi].name);
+        if (o.algosExplicit && si == 0) printf("#   %s does not implement %s\n", algoKeys[a], funcs[o.fi].name);
         continue;
       }
       int ch = channelsFor(&o, a, nBytes);
       /* Algorithms the model cannot price here (one-shot beyond its rank limit) only when asked for. */
-      if (!o.algosExplicit && commTunePredict(&o.model, o.func, a, 0, nBytes, ch, commTuneChunkBytes(&o.model, 0),
-                                              NULL) < 0)
+      if (!o.algosExplicit &&
+          commTunePredict(&o.model, o.func, a, 0, nBytes, ch, commTuneChunkBytes(&o.model, 0), NULL) < 0)
         continue;
       /* The trace: the first algorithm of the table that simulates, with its protocol of lower prediction. */
       int traceProto = -1;

@@ -36,14 +36,14 @@
 #include "utils.h"
 #include "comm_topo.h"
 
-#define TOPO_MAX_LIST 64       /* ranks printed per ring before "..." */
-#define TOPO_LIST_TAIL 8       /* of which the last ones of the ring */
-#define TOPO_NIC_NODES 4       /* nodes whose ring entry/exit NICs are printed */
-#define TOPO_CHAIN_MAX 16      /* ranks printed per intra-node chain */
-#define TOPO_RANK_ROWS 64      /* rank table rows printed in full; beyond, the first TOPO_RANK_HEAD */
+#define TOPO_MAX_LIST 64  /* ranks printed per ring before "..." */
+#define TOPO_LIST_TAIL 8  /* of which the last ones of the ring */
+#define TOPO_NIC_NODES 4  /* nodes whose ring entry/exit NICs are printed */
+#define TOPO_CHAIN_MAX 16 /* ranks printed per intra-node chain */
+#define TOPO_RANK_ROWS 64 /* rank table rows printed in full; beyond, the first TOPO_RANK_HEAD */
 #define TOPO_RANK_HEAD 16
-#define TOPO_HOST_LINES 16     /* other hosts printed one line each up to this many; beyond, runs collapse */
-#define TOPO_TREE_ITEMS 16     /* interior tree nodes printed per tree */
+#define TOPO_HOST_LINES 16 /* other hosts printed one line each up to this many; beyond, runs collapse */
+#define TOPO_TREE_ITEMS 16 /* interior tree nodes printed per tree */
 
 typedef struct {
   const char* file;
@@ -152,8 +152,8 @@ void nodeDetails(const commTopo* topo, int n, int multiline, char* buf, size_t l
     case COMM_TOPO_CPU:
       snprintf(buf, len, "numa %d%s%d cores%scpus %s%s%s %s%s%s%s%s", nd->u.cpu.numa, csep, nd->u.cpu.nCores, csep,
                nd->u.cpu.cpus[0] ? nd->u.cpu.cpus : "?", csep, nd->u.cpu.arch[0] ? nd->u.cpu.arch : "?",
-               nd->u.cpu.vendor[0] ? nd->u.cpu.vendor : "?", nd->name[0] ? sep : "", nd->name[0] ? "\"" : "",
-               nd->name, nd->name[0] ? "\"" : "");
+               nd->u.cpu.vendor[0] ? nd->u.cpu.vendor : "?", nd->name[0] ? sep : "", nd->name[0] ? "\"" : "", nd->name,
+               nd->name[0] ? "\"" : "");
       break;
     case COMM_TOPO_PCI: {
       int o = snprintf(buf, len, "%s", pciKindName(nd->u.pci.kind));
@@ -167,8 +167,8 @@ void nodeDetails(const commTopo* topo, int n, int multiline, char* buf, size_t l
       else snprintf(dev, sizeof(dev), "-");
       if (nd->u.gpu.memMB > 0) snprintf(mem, sizeof(mem), " %d MB", nd->u.gpu.memMB);
       else mem[0] = '\0';
-      snprintf(buf, len, "dev %s sm%d%s\"%s\"%s%s%s", dev, nd->u.gpu.sm, sep, nd->name[0] ? nd->name : "?", mem,
-               sep, nd->busId[0] ? nd->busId : "(no bus id)");
+      snprintf(buf, len, "dev %s sm%d%s\"%s\"%s%s%s", dev, nd->u.gpu.sm, sep, nd->name[0] ? nd->name : "?", mem, sep,
+               nd->busId[0] ? nd->busId : "(no bus id)");
       break;
     }
     case COMM_TOPO_NIC: {
@@ -370,10 +370,8 @@ static void rankDevice(const commTopo* topo, const commTopoRank* rk, char* buf, 
   commTopoNodeLabel(topo, rk->dev, lab, sizeof(lab));
   if (nd->type == COMM_TOPO_GPU && nd->u.gpu.dev >= 0)
     snprintf(buf, len, "%s dev %d %s", lab, nd->u.gpu.dev, nd->busId);
-  else if (nd->type == COMM_TOPO_GPU)
-    snprintf(buf, len, "%s %s", lab, nd->busId);
-  else
-    snprintf(buf, len, "%s numa %d", lab, nd->u.cpu.numa);
+  else if (nd->type == COMM_TOPO_GPU) snprintf(buf, len, "%s %s", lab, nd->busId);
+  else snprintf(buf, len, "%s numa %d", lab, nd->u.cpu.numa);
 }
 
 static void printRank(const comm_layout* L, int r) {
@@ -384,8 +382,7 @@ static void printRank(const comm_layout* L, int r) {
   if (nic >= 0)
     printf("  %-6d %-6d %-32s %-16s %s\n", r, L->ranks[r].node, dev, commTopoNodeLabel(topo, nic, lab, sizeof(lab)),
            fmtPath(commTopoPathOf(topo, L->ranks[r].dev, nic), p, sizeof(p)));
-  else
-    printf("  %-6d %-6d %-32s %-16s %s\n", r, L->ranks[r].node, dev, "-", "-");
+  else printf("  %-6d %-6d %-32s %-16s %s\n", r, L->ranks[r].node, dev, "-", "-");
 }
 
 static void printRanks(const comm_layout* L, int all) {
@@ -570,8 +567,7 @@ static void printTransports(const comm_layout* L) {
     if (topo->nodes[L->ranks[a].dev].type != COMM_TOPO_GPU) continue;
     int ca = commTopoCpuOf(topo, L->ranks[a].dev);
     for (int b = a + 1; b < L->n && L->ranks[b].node == L->ranks[a].node; b++) {
-      if (topo->nodes[L->ranks[b].dev].type != COMM_TOPO_GPU || commTopoCpuOf(topo, L->ranks[b].dev) == ca)
-        continue;
+      if (topo->nodes[L->ranks[b].dev].type != COMM_TOPO_GPU || commTopoCpuOf(topo, L->ranks[b].dev) == ca) continue;
       pairs[np][0] = a, pairs[np][1] = b, whats[np++] = "GPUs on different CPUs";
       found = 1;
       break;
@@ -702,9 +698,13 @@ int main(int argc, char** argv) {
   const char* envFile = getenv("COMM_TOPO_FILE");
   int nLinks = topo->nLinks;
   printf("topology: %s%s: %d host%s, %d nodes, %d link%s\n",
-         o.file ? "file " : envFile && envFile[0] ? "COMM_TOPO_FILE=" : "discovered on this machine",
-         o.file ? o.file : envFile && envFile[0] ? envFile : "", topo->nHosts, topo->nHosts == 1 ? "" : "s",
-         topo->nNodes, nLinks, nLinks == 1 ? "" : "s");
+         o.file                  ? "file "
+         : envFile && envFile[0] ? "COMM_TOPO_FILE="
+                                 : "discovered on this machine",
+         o.file                  ? o.file
+         : envFile && envFile[0] ? envFile
+                                 : "",
+         topo->nHosts, topo->nHosts == 1 ? "" : "s", topo->nNodes, nLinks, nLinks == 1 ? "" : "s");
   int collapse = !o.all && topo->nHosts - 1 > TOPO_HOST_LINES;
   if (o.quiet) {
     printHostLines(topo, 0, collapse);
@@ -734,8 +734,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (!o.quiet) printRanks(&L, o.all);
-  printf("\nrings: %d channel%s over %d rank%s\n", L.nChannels, L.nChannels == 1 ? "" : "s", L.n,
-         L.n == 1 ? "" : "s");
+  printf("\nrings: %d channel%s over %d rank%s\n", L.nChannels, L.nChannels == 1 ? "" : "s", L.n, L.n == 1 ? "" : "s");
   for (int c = 0; c < L.nChannels; c++) printRing(&L, c, o.all);
   if (!o.quiet) {
     printTrees(&L, o.all);

@@ -35,8 +35,8 @@ static int writeDot(const commTopo* topo, FILE* f, int nShown) {
   fprintf(f, "graph topology {\n  graph [rankdir=TB, fontname=\"Helvetica\"];\n");
   fprintf(f, "  node [style=filled, fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", "
              "fontsize=9];\n");
-  if (nShown < topo->nHosts) fprintf(f, "  // hosts %d-%d left out (comm_topo -a includes them)\n", nShown,
-                                     topo->nHosts - 1);
+  if (nShown < topo->nHosts)
+    fprintf(f, "  // hosts %d-%d left out (comm_topo -a includes them)\n", nShown, topo->nHosts - 1);
   for (int h = 0; h < nShown; h++) {
     const commTopoHost* host = &topo->hosts[h];
     fprintf(f, "  subgraph cluster_host%d {\n    label=\"host %d ", h, h);
@@ -60,12 +60,11 @@ static int writeDot(const commTopo* topo, FILE* f, int nShown) {
       char bw[32];
       fmtBw(lk->bw, bw, sizeof(bw));
       if (lk->type == COMM_LINK_NVL)
-        fprintf(f, "    n%d -- n%d [label=\"NVL x%d %s GB/s\", style=bold, penwidth=2, color=green4];\n", lk->a,
-                lk->b, lk->count, bw);
+        fprintf(f, "    n%d -- n%d [label=\"NVL x%d %s GB/s\", style=bold, penwidth=2, color=green4];\n", lk->a, lk->b,
+                lk->count, bw);
       else if (lk->type == COMM_LINK_SYS)
         fprintf(f, "    n%d -- n%d [label=\"SYS %s GB/s\", style=dashed, color=red];\n", lk->a, lk->b, bw);
-      else
-        fprintf(f, "    n%d -- n%d [label=\"PCI %s GB/s\"];\n", lk->a, lk->b, bw);
+      else fprintf(f, "    n%d -- n%d [label=\"PCI %s GB/s\"];\n", lk->a, lk->b, bw);
     }
     fprintf(f, "  }\n");
   }

@@ -80,12 +80,13 @@ static void gpuLine(const commTopo* topo, const char* devName) {
   const char* pathName = commTopoPathName(p.type);
   if (!topo->nodes[nic].u.nic.gdr) {
     printf("      GPU: %s (%s); GPUDirect RDMA: off (the NIC cannot reach GPU memory: no peer-memory module or "
-           "dma-buf support found)\n", g, pathName);
+           "dma-buf support found)\n",
+           g, pathName);
     return;
   }
   if (p.type > level) {
-    printf("      GPU: %s (%s); GPUDirect RDMA: off (path %s is beyond COMM_NET_GDR_LEVEL %s)\n", g, pathName,
-           pathName, commTopoPathName(level));
+    printf("      GPU: %s (%s); GPUDirect RDMA: off (path %s is beyond COMM_NET_GDR_LEVEL %s)\n", g, pathName, pathName,
+           commTopoPathName(level));
     return;
   }
   int dev = topo->nodes[gpu].u.gpu.dev;
@@ -108,10 +109,12 @@ static void printPort(const commIbVerbs* v, struct ibv_context* ctx, const char*
   }
   char sp[32];
   int roce = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
-  printf("    port %u: %s, %s, %s, MTU %d, LID %u%s\n", port, portStateName(pa.state), roce ? "RoCE (Ethernet)"
-         : pa.link_layer == IBV_LINK_LAYER_INFINIBAND ? "InfiniBand" : "link layer ?",
-         fmtSpeed(commIbSpeedMbps(pa.active_speed, pa.active_width), sp, sizeof(sp)), mtuBytes(pa.active_mtu),
-         pa.lid, commIbHcaMatch(filter, devName, port) ? "" : ", not selected by COMM_IB_HCA");
+  printf("    port %u: %s, %s, %s, MTU %d, LID %u%s\n", port, portStateName(pa.state),
+         roce                                         ? "RoCE (Ethernet)"
+         : pa.link_layer == IBV_LINK_LAYER_INFINIBAND ? "InfiniBand"
+                                                      : "link layer ?",
+         fmtSpeed(commIbSpeedMbps(pa.active_speed, pa.active_width), sp, sizeof(sp)), mtuBytes(pa.active_mtu), pa.lid,
+         commIbHcaMatch(filter, devName, port) ? "" : ", not selected by COMM_IB_HCA");
   int nGids = pa.gid_tbl_len > 0 ? pa.gid_tbl_len : 0;
   for (int i = 0; i < nGids; i++) {
     union ibv_gid gid;
@@ -162,8 +165,7 @@ int printRdma(const commTopo* topo) {
       continue;
     }
     printf("  %s: %d port%s, node GUID %016llx, max %d QP WRs, %d SGEs\n", name, da.phys_port_cnt,
-           da.phys_port_cnt == 1 ? "" : "s", (unsigned long long)be64toh(da.node_guid), da.max_qp_wr,
-           da.max_sge);
+           da.phys_port_cnt == 1 ? "" : "s", (unsigned long long)be64toh(da.node_guid), da.max_qp_wr, da.max_sge);
     for (int p = 1; p <= da.phys_port_cnt; p++) printPort(v, ctx, name, (uint8_t)p, &filter, topo);
     v->closeDevice(ctx);
   }

@@ -113,11 +113,11 @@ typedef struct {
 } sconn;
 
 typedef struct {
-  size_t step, end;            /* current and end step index (into simSet.steps) */
-  double t;                    /* the executor is free from here */
-  uint32_t sDone, rDone;       /* pieces of the current step sent, received */
-  uint32_t sPieces, rPieces;   /* pieces of the current step */
-  int sc, rc;                  /* connections of the current step, or -1 */
+  size_t step, end;          /* current and end step index (into simSet.steps) */
+  double t;                  /* the executor is free from here */
+  uint32_t sDone, rDone;     /* pieces of the current step sent, received */
+  uint32_t sPieces, rPieces; /* pieces of the current step */
+  int sc, rc;                /* connections of the current step, or -1 */
   uint8_t entered, started, queued;
 } sproc;
 
@@ -509,8 +509,8 @@ static void traceName(const simStep* st, char* buf, size_t len) {
   if (n < len && st->sendPeer >= 0) snprintf(buf + n, len - n, " ->%d", st->sendPeer);
 }
 
-int simWriteTrace(const char* path, const simSet* s, const simParams* p, const double* stepStart,
-                  const double* stepEnd, size_t maxEvents, const char* title, size_t* written, int* truncated) {
+int simWriteTrace(const char* path, const simSet* s, const simParams* p, const double* stepStart, const double* stepEnd,
+                  size_t maxEvents, const char* title, size_t* written, int* truncated) {
   *written = 0;
   *truncated = 0;
   FILE* f = fopen(path, "w");

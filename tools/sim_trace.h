@@ -21,9 +21,9 @@ typedef struct {
  * off[r * maxCh + c + 1]); ranks are added in order 0, 1, ... */
 typedef struct {
   int nRanks;
-  int maxCh;       /* channels per rank in the tables (COMM_MAX_CHANNELS) */
-  int nAdded;      /* ranks added so far */
-  size_t* off;     /* nRanks * maxCh + 1 */
+  int maxCh;   /* channels per rank in the tables (COMM_MAX_CHANNELS) */
+  int nAdded;  /* ranks added so far */
+  size_t* off; /* nRanks * maxCh + 1 */
   simStep* steps;
   size_t nSteps, capSteps;
 } simSet;
@@ -78,7 +78,7 @@ int simRun(const simSet* s, const simParams* p, double* stepStart, double* stepE
  * (pid = rank, tid = channel), "M" events naming ranks and channels. At most maxEvents step events: whole
  * (rank, channel) rows in rank order until the cap; *written and *truncated say what went out. title goes
  * into "otherData". Returns 0, or -1 (errno) when the file cannot be written. */
-int simWriteTrace(const char* path, const simSet* s, const simParams* p, const double* stepStart,
-                  const double* stepEnd, size_t maxEvents, const char* title, size_t* written, int* truncated);
+int simWriteTrace(const char* path, const simSet* s, const simParams* p, const double* stepStart, const double* stepEnd,
+                  size_t maxEvents, const char* title, size_t* written, int* truncated);
 
 #endif

@@ -19,14 +19,14 @@
  * thread moves over the network. pos is the side's own count of slots posted (sender) or drained
  * (receiver). */
 typedef struct commDevConn {
-  char* slots;        /* nSlots * slotBytes, receiver's memory */
-  uint64_t* head;     /* slots posted: written by the sender, polled by the receiver */
-  uint64_t* sizes;    /* [nSlots] bytes in each slot */
-  uint64_t* tail;     /* slots drained: written by the receiver, polled by the sender */
-  uint64_t* pos;      /* this side's position */
-  char* llSlots;      /* nSlots * COMM_DEV_LL_SLOT_BYTES of LL lines, receiver's memory (P2P, shm; net: NULL) */
-  uint32_t* failed;   /* net: set by the proxy thread when the network connection failed (else NULL) */
-  uint32_t sysScope;  /* the peer is another GPU (or the host): fences at system scope, else GPU scope */
+  char* slots;       /* nSlots * slotBytes, receiver's memory */
+  uint64_t* head;    /* slots posted: written by the sender, polled by the receiver */
+  uint64_t* sizes;   /* [nSlots] bytes in each slot */
+  uint64_t* tail;    /* slots drained: written by the receiver, polled by the sender */
+  uint64_t* pos;     /* this side's position */
+  char* llSlots;     /* nSlots * COMM_DEV_LL_SLOT_BYTES of LL lines, receiver's memory (P2P, shm; net: NULL) */
+  uint32_t* failed;  /* net: set by the proxy thread when the network connection failed (else NULL) */
+  uint32_t sysScope; /* the peer is another GPU (or the host): fences at system scope, else GPU scope */
   uint32_t pad;
 } commDevConn;
 

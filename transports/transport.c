@@ -21,8 +21,8 @@
 #include "utils.h"
 
 #define COMM_TRANSPORT_TAG_BASE 0x40000000
-#define CONN_HDR_BYTES 8
-#define DRAIN_MAX_MS 5000 /* at close, at most this long for queued network sends to leave */ /* transport id at the start of info and ack */
+#define CONN_HDR_BYTES 8  /* transport id at the start of info and ack */
+#define DRAIN_MAX_MS 5000 /* at close, at most this long for queued network sends to leave */
 
 enum { PHASE_INFO = 1, PHASE_ACK = 2 };
 static int connPhaseBase(const commConn* conn) { return conn->onDevice ? 4 : 0; }
@@ -90,8 +90,7 @@ static commResult_t exchangeSend(struct commComm* comm, int peer, int channel, i
   return bootstrapSend(comm->bootstrap, peer, connTag(channel, phase), msg, COMM_CONN_INFO_BYTES);
 }
 
-static commResult_t exchangeRecv(struct commComm* comm, int peer, int channel, int phase, char* msg,
-                                 selfMsg* self) {
+static commResult_t exchangeRecv(struct commComm* comm, int peer, int channel, int phase, char* msg, selfMsg* self) {
   if (peer == comm->rank) {
     for (int i = 0; i < COMM_MAX_CHANNELS * 4; i++) {
       if (self[i].used == phase && self[i].channel == channel) {
@@ -119,8 +118,8 @@ static void logConn(struct commComm* comm, const commConn* conn, int id) {
     return;
   }
   if (conn->onDevice) {
-    INFO(COMM_INIT | COMM_NET, "Channel %02d : rank %d -> rank %d via %s (device buffers, %s)", conn->channel, from,
-         to, id == COMM_TRANSPORT_SHM ? "SHM" : "NET",
+    INFO(COMM_INIT | COMM_NET, "Channel %02d : rank %d -> rank %d via %s (device buffers, %s)", conn->channel, from, to,
+         id == COMM_TRANSPORT_SHM ? "SHM" : "NET",
          id == COMM_TRANSPORT_SHM ? "through pinned host memory both GPUs map, COMM_P2P_DISABLE=1"
                                   : "moved by the device proxy thread: GPUDirect RDMA or pinned host memory");
     return;
@@ -129,12 +128,12 @@ static void logConn(struct commComm* comm, const commConn* conn, int id) {
       commTopoChooseTransport(comm->topo, comm->topoRanks, comm->nRanks, from, to, &choice) == commSuccess) {
     why = choice.why;
     if (choice.transport == COMM_TOPO_USE_P2P)
-      INFO(COMM_INIT | COMM_SHM, "Channel %02d : rank %d -> rank %d: %s; host buffers go through %s (device "
-           "buffers: P2P)", conn->channel, from, to, choice.why, id == COMM_TRANSPORT_SHM ? "SHM" : "NET");
-    else if (choice.fallback)
-      WARN("Channel %02d : rank %d -> rank %d: %s", conn->channel, from, to, choice.why);
-    else if (id == COMM_TRANSPORT_NET && choice.transport == COMM_TOPO_USE_SHM)
-      why = "same node, COMM_SHM_DISABLE set";
+      INFO(COMM_INIT | COMM_SHM,
+           "Channel %02d : rank %d -> rank %d: %s; host buffers go through %s (device "
+           "buffers: P2P)",
+           conn->channel, from, to, choice.why, id == COMM_TRANSPORT_SHM ? "SHM" : "NET");
+    else if (choice.fallback) WARN("Channel %02d : rank %d -> rank %d: %s", conn->channel, from, to, choice.why);
+    else if (id == COMM_TRANSPORT_NET && choice.transport == COMM_TOPO_USE_SHM) why = "same node, COMM_SHM_DISABLE set";
   }
   if (id == COMM_TRANSPORT_SHM) {
     INFO(COMM_INIT | COMM_SHM, "Channel %02d : rank %d -> rank %d via SHM (%s)", conn->channel, from, to, why);
@@ -267,8 +266,8 @@ static void connectFinish(connectState* st, int failed) {
   st->made = NULL;
 }
 
-commResult_t commTransportConnectMulti(struct commComm** comms, const commConnRequest* const* reqs,
-                                       const int* nReqs, int nComms) {
+commResult_t commTransportConnectMulti(struct commComm** comms, const commConnRequest* const* reqs, const int* nReqs,
+                                       int nComms) {
   commResult_t res = commSuccess;
   connectState* st = NULL;
   COMMCHECK(commCalloc(&st, (size_t)nComms, sizeof(*st)));

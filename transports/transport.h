@@ -13,14 +13,14 @@
 #define COMM_CACHE_LINE 64
 
 typedef struct {
-  uint64_t head; /* slots filled by the sender (written by the sender side) */
+  uint64_t head;       /* slots filled by the sender (written by the sender side) */
   uint64_t devSendPos; /* a CUDA sender's own position (device connections whose FIFO is host memory) */
   char pad0[COMM_CACHE_LINE - 2 * sizeof(uint64_t)];
-  uint64_t tail; /* slots drained by the receiver (written by the receiver side) */
+  uint64_t tail;       /* slots drained by the receiver (written by the receiver side) */
   uint64_t devRecvPos; /* a CUDA receiver's own position (likewise) */
   char pad1[COMM_CACHE_LINE - 2 * sizeof(uint64_t)];
   uint64_t sizes[COMM_NSLOTS]; /* bytes in each slot, written before head moves */
-  uint32_t devFailed; /* net device connections: the proxy thread saw the connection fail */
+  uint32_t devFailed;          /* net device connections: the proxy thread saw the connection fail */
   char pad2[COMM_CACHE_LINE - sizeof(uint32_t)];
 } commFifoCtrl;
 
@@ -29,17 +29,17 @@ struct commTransport;
 struct commDevConn;
 
 typedef struct commConn {
-  commFifoCtrl* ctrl;   /* head/tail/sizes, where this side's executor sees them */
-  char* slots;          /* nSlots * slotBytes */
+  commFifoCtrl* ctrl; /* head/tail/sizes, where this side's executor sees them */
+  char* slots;        /* nSlots * slotBytes */
   size_t slotBytes;
   int nSlots;
-  uint64_t step;        /* this side's position: sender: next slot to fill; receiver: next to drain */
-  int peer;             /* the other rank */
+  uint64_t step; /* this side's position: sender: next slot to fill; receiver: next to drain */
+  int peer;      /* the other rank */
   int channel;
   int isSend;
-  int onDevice;         /* a connection of the CUDA executor (device buffers) */
+  int onDevice; /* a connection of the CUDA executor (device buffers) */
   const struct commTransport* transport;
-  void* priv;           /* transport state */
+  void* priv; /* transport state */
 } commConn;
 
 #define COMM_CONN_INFO_BYTES 256
@@ -98,8 +98,8 @@ typedef struct {
 commResult_t commTransportConnect(struct commComm* comm, const commConnRequest* reqs, int nReqs);
 /* The same for several communicators driven by this thread (a group): each phase runs for all of them
  * before the next, so ranks of one process never wait on each other. */
-commResult_t commTransportConnectMulti(struct commComm** comms, const commConnRequest* const* reqs,
-                                       const int* nReqs, int nComms);
+commResult_t commTransportConnectMulti(struct commComm** comms, const commConnRequest* const* reqs, const int* nReqs,
+                                       int nComms);
 /* Progress every network connection of comm (called from the executor's wait loops). */
 commResult_t commTransportProgress(struct commComm* comm);
 /* Only the sending side of every network connection: queued data keeps leaving; receives are progressed by

@@ -14,8 +14,7 @@
 #define NCCL_PATCH 9
 #define NCCL_SUFFIX ""
 #define NCCL_VERSION_CODE 22809
-#define NCCL_VERSION(X, Y, Z) \
-  (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z) : (X) * 10000 + (Y) * 100 + (Z))
+#define NCCL_VERSION(X, Y, Z) (((X) <= 2 && (Y) <= 8) ? (X)*1000 + (Y)*100 + (Z) : (X)*10000 + (Y)*100 + (Z))
 
 #ifdef __cplusplus
 extern "C" {
@@ -86,13 +85,13 @@ typedef struct ncclConfig_v22800 {
   int nvlinkCentricSched;
 } ncclConfig_t;
 
-#define NCCL_CONFIG_INITIALIZER                                                                             \
-  {                                                                                                         \
+#define NCCL_CONFIG_INITIALIZER                                                                                \
+  {                                                                                                            \
     sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), NCCL_CONFIG_UNDEF_INT, \
-        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR,          \
-        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,          \
-        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,          \
-        NCCL_CONFIG_UNDEF_INT                                                                               \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR,            \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,            \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,            \
+        NCCL_CONFIG_UNDEF_INT                                                                                  \
   }
 
 typedef struct ncclSimInfo_v22200 {
@@ -117,15 +116,20 @@ typedef enum {
 } ncclRedOp_t;
 
 typedef enum {
-  ncclInt8 = 0, ncclChar = 0,
+  ncclInt8 = 0,
+  ncclChar = 0,
   ncclUint8 = 1,
-  ncclInt32 = 2, ncclInt = 2,
+  ncclInt32 = 2,
+  ncclInt = 2,
   ncclUint32 = 3,
   ncclInt64 = 4,
   ncclUint64 = 5,
-  ncclFloat16 = 6, ncclHalf = 6,
-  ncclFloat32 = 7, ncclFloat = 7,
-  ncclFloat64 = 8, ncclDouble = 8,
+  ncclFloat16 = 6,
+  ncclHalf = 6,
+  ncclFloat32 = 7,
+  ncclFloat = 7,
+  ncclFloat64 = 8,
+  ncclDouble = 8,
   ncclBfloat16 = 9,
   ncclFloat8e4m3 = 10,
   ncclFloat8e5m2 = 11,
@@ -151,14 +155,12 @@ NCCL_DECLARE(ncclResult_t, CommFinalize, (ncclComm_t comm));
 NCCL_DECLARE(ncclResult_t, CommDestroy, (ncclComm_t comm));
 NCCL_DECLARE(ncclResult_t, CommAbort, (ncclComm_t comm));
 NCCL_DECLARE(ncclResult_t, CommRevoke, (ncclComm_t comm, int revokeFlags));
-NCCL_DECLARE(ncclResult_t, CommSplit,
-             (ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config));
+NCCL_DECLARE(ncclResult_t, CommSplit, (ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config));
 NCCL_DECLARE(ncclResult_t, CommShrink,
-             (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
-              ncclConfig_t* config, int shrinkFlags));
+             (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm, ncclConfig_t* config,
+              int shrinkFlags));
 NCCL_DECLARE(ncclResult_t, CommInitRankScalable,
-             (ncclComm_t * newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
-              ncclConfig_t* config));
+             (ncclComm_t * newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds, ncclConfig_t* config));
 NCCL_DECLARE(const char*, GetErrorString, (ncclResult_t result));
 NCCL_DECLARE(const char*, GetLastError, (ncclComm_t comm));
 NCCL_DECLARE(ncclResult_t, CommGetAsyncError, (ncclComm_t comm, ncclResult_t* asyncError));
@@ -175,13 +177,13 @@ NCCL_DECLARE(ncclResult_t, RedOpCreatePreMulSum,
               ncclComm_t comm));
 NCCL_DECLARE(ncclResult_t, RedOpDestroy, (ncclRedOp_t op, ncclComm_t comm));
 NCCL_DECLARE(ncclResult_t, Reduce,
-             (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
-              int root, ncclComm_t comm, cudaStream_t stream));
+             (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root,
+              ncclComm_t comm, cudaStream_t stream));
 NCCL_DECLARE(ncclResult_t, Bcast,
              (void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream));
 NCCL_DECLARE(ncclResult_t, Broadcast,
-             (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-              ncclComm_t comm, cudaStream_t stream));
+             (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+              cudaStream_t stream));
 NCCL_DECLARE(ncclResult_t, AllReduce,
              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
               ncclComm_t comm, cudaStream_t stream));
@@ -195,17 +197,16 @@ NCCL_DECLARE(ncclResult_t, AlltoAll,
              (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
               cudaStream_t stream));
 NCCL_DECLARE(ncclResult_t, Gather,
-             (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-              ncclComm_t comm, cudaStream_t stream));
+             (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+              cudaStream_t stream));
 NCCL_DECLARE(ncclResult_t, Scatter,
-             (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-              ncclComm_t comm, cudaStream_t stream));
+             (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+              cudaStream_t stream));
 NCCL_DECLARE(ncclResult_t, Send,
              (const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
               cudaStream_t stream));
 NCCL_DECLARE(ncclResult_t, Recv,
-             (void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-              cudaStream_t stream));
+             (void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream));
 NCCL_DECLARE(ncclResult_t, GroupStart, (void));
 NCCL_DECLARE(ncclResult_t, GroupEnd, (void));
 NCCL_DECLARE(ncclResult_t, GroupSimulateEnd, (ncclSimInfo_t * simInfo));

@@ -24,8 +24,7 @@
 _Static_assert(sizeof(ncclUniqueId) == sizeof(commUniqueId), "unique id size");
 _Static_assert((int)ncclFloat8e5m2 == (int)commFloat8e5m2 && (int)ncclNumTypes == (int)commNumTypes, "data types");
 _Static_assert((int)ncclAvg == (int)commAvg && (int)ncclNumOps == (int)commNumOps, "reduction ops");
-_Static_assert((int)ncclInProgress == (int)commInProgress && (int)ncclRemoteError == (int)commRemoteError,
-               "results");
+_Static_assert((int)ncclInProgress == (int)commInProgress && (int)ncclRemoteError == (int)commRemoteError, "results");
 _Static_assert((int)ncclScalarHostImmediate == (int)commScalarHostImmediate, "scalar residence");
 
 #define C(comm) ((comm_t)(comm))
@@ -42,8 +41,8 @@ static pthread_once_t bannerOnce = PTHREAD_ONCE_INIT;
 static void banner(void) {
   int v = 0;
   commGetVersion(&v);
-  INFO(COMM_INIT, "NCCL drop-in: libcomm %d.%d.%d implementing the NCCL %d.%d.%d API and ABI", v / 10000,
-       v / 100 % 100, v % 100, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+  INFO(COMM_INIT, "NCCL drop-in: libcomm %d.%d.%d implementing the NCCL %d.%d.%d API and ABI", v / 10000, v / 100 % 100,
+       v % 100, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
 }
 
 /* libcomm's config from NCCL's, reading only the first `size` bytes the caller declares. */
@@ -113,8 +112,8 @@ EXPORT ncclResult_t pncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUn
 EXPORT ncclResult_t pncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
   return pncclCommInitRankConfig(comm, nranks, commId, rank, NULL);
 }
-EXPORT ncclResult_t pncclCommInitRankScalable(ncclComm_t* comm, int nranks, int myrank, int nId,
-                                              ncclUniqueId* commIds, ncclConfig_t* config) {
+EXPORT ncclResult_t pncclCommInitRankScalable(ncclComm_t* comm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
+                                              ncclConfig_t* config) {
   if (nId < 1 || commIds == NULL) {
     WARN("ncclCommInitRankScalable: %d unique ids at %p (at least one is needed)", nId, (void*)commIds);
     return ncclInvalidArgument;
@@ -136,13 +135,14 @@ EXPORT ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm
   return R(commSplit(C(comm), color == NCCL_SPLIT_NOCOLOR ? COMM_SPLIT_NOCOLOR : color, key, (comm_t*)newcomm,
                      config ? &c : NULL));
 }
-EXPORT ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
-                                    ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+EXPORT ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
+                                    ncclConfig_t* config, int shrinkFlags) {
   commConfig_t c;
   ncclResult_t r = toCommConfig(config, &c, "ncclCommShrink");
   if (r != ncclSuccess) return r;
   /* Unknown NCCL flags become an unknown libcomm flag, which commShrink refuses with its WARN. */
-  int flags = (shrinkFlags & NCCL_SHRINK_ABORT ? COMM_SHRINK_ABORT : 0) | (shrinkFlags & ~NCCL_SHRINK_ABORT ? 0x100 : 0);
+  int flags = (shrinkFlags & NCCL_SHRINK_ABORT ? COMM_SHRINK_ABORT : 0) |
+              (shrinkFlags & ~NCCL_SHRINK_ABORT ? 0x100 : 0);
   return R(commShrink(C(comm), excludeRanksList, excludeRanksCount, (comm_t*)newcomm, config ? &c : NULL, flags));
 }
 EXPORT ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
@@ -151,9 +151,7 @@ EXPORT ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   return ncclInvalidUsage;
 }
 EXPORT ncclResult_t pncclCommCount(const ncclComm_t comm, int* count) { return R(commCount(C(comm), count)); }
-EXPORT ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int* device) {
-  return R(commCuDevice(C(comm), device));
-}
+EXPORT ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int* device) { return R(commCuDevice(C(comm), device)); }
 EXPORT ncclResult_t pncclCommUserRank(const ncclComm_t comm, int* rank) { return R(commUserRank(C(comm), rank)); }
 
 /* ---------------------------------------------------------------- registration */
@@ -165,8 +163,7 @@ EXPORT ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t 
 EXPORT ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
   return R(commDeregister(C(comm), handle));
 }
-EXPORT ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
-                                            int winFlags) {
+EXPORT ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
   if (win == NULL || (winFlags & ~NCCL_WIN_COLL_SYMMETRIC)) {
     WARN("ncclCommWindowRegister: %s", win == NULL ? "win is NULL" : "unknown window flags");
     return ncclInvalidArgument;
@@ -242,9 +239,8 @@ EXPORT ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t 
                                    ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   return R(commAllReduce(sendbuff, recvbuff, count, T(datatype), O(op), C(comm), S(stream)));
 }
-EXPORT ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                       ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
-                                       cudaStream_t stream) {
+EXPORT ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+                                       ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   return R(commReduceScatter(sendbuff, recvbuff, recvcount, T(datatype), O(op), C(comm), S(stream)));
 }
 EXPORT ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
@@ -266,8 +262,8 @@ EXPORT ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datat
 EXPORT ncclResult_t pncclGroupStart(void) { return R(commGroupStart()); }
 EXPORT ncclResult_t pncclGroupEnd(void) { return R(commGroupEnd()); }
 EXPORT ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
-  if (simInfo != NULL && (simInfo->magic != 0x74685283u ||
-                          simInfo->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float))) {
+  if (simInfo != NULL &&
+      (simInfo->magic != 0x74685283u || simInfo->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float))) {
     WARN("ncclGroupSimulateEnd: simInfo is not initialised with NCCL_SIM_INFO_INITIALIZER");
     return ncclInvalidArgument;
   }
@@ -281,8 +277,8 @@ EXPORT ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t cou
                                 ncclComm_t comm, cudaStream_t stream) {
   return R(commGather(sendbuff, recvbuff, count, T(datatype), root, C(comm), S(stream)));
 }
-EXPORT ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                 int root, ncclComm_t comm, cudaStream_t stream) {
+EXPORT ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                                 ncclComm_t comm, cudaStream_t stream) {
   return R(commScatter(sendbuff, recvbuff, count, T(datatype), root, C(comm), S(stream)));
 }
 

@@ -6,36 +6,36 @@
 #include <string.h>
 #include "debug.h"
 
-#define COMMCHECK(call)                                                            \
-  do {                                                                             \
-    commResult_t res_ = (call);                                                    \
-    if (res_ != commSuccess && res_ != commInProgress) {                           \
+#define COMMCHECK(call)                                                                \
+  do {                                                                                 \
+    commResult_t res_ = (call);                                                        \
+    if (res_ != commSuccess && res_ != commInProgress) {                               \
       TRACE(COMM_ALLSUBSYS, "%s:%d -> %d (%s)", __FILE__, __LINE__, (int)res_, #call); \
-      return res_;                                                                 \
-    }                                                                              \
+      return res_;                                                                     \
+    }                                                                                  \
   } while (0)
 
 /* Stores the result in `res` and jumps to `label` on error. */
-#define COMMCHECKGOTO(call, res, label)                                            \
-  do {                                                                             \
-    (res) = (call);                                                                \
-    if ((res) != commSuccess && (res) != commInProgress) {                         \
+#define COMMCHECKGOTO(call, res, label)                                                 \
+  do {                                                                                  \
+    (res) = (call);                                                                     \
+    if ((res) != commSuccess && (res) != commInProgress) {                              \
       TRACE(COMM_ALLSUBSYS, "%s:%d -> %d (%s)", __FILE__, __LINE__, (int)(res), #call); \
-      goto label;                                                                  \
-    }                                                                              \
+      goto label;                                                                       \
+    }                                                                                   \
   } while (0)
 
 /* For libc calls returning -1 and setting errno. */
-#define SYSCHECK(call, name)                                                       \
-  do {                                                                             \
-    int ret_;                                                                      \
-    do {                                                                           \
-      ret_ = (call);                                                               \
-    } while (ret_ == -1 && errno == EINTR);                                        \
-    if (ret_ == -1) {                                                              \
-      WARN("%s failed: %s", (name), strerror(errno));                              \
-      return commSystemError;                                                      \
-    }                                                                              \
+#define SYSCHECK(call, name)                          \
+  do {                                                \
+    int ret_;                                         \
+    do {                                              \
+      ret_ = (call);                                  \
+    } while (ret_ == -1 && errno == EINTR);           \
+    if (ret_ == -1) {                                 \
+      WARN("%s failed: %s", (name), strerror(errno)); \
+      return commSystemError;                         \
+    }                                                 \
   } while (0)
 
 /* Marks a function of the public API (the library builds with hidden visibility). */

@@ -19,11 +19,11 @@ typedef struct commBootstrap commBootstrap; /* src/bootstrap/bootstrap.h */
 typedef struct {
   int rank;
   int pid;
-  int cudaDev;      /* -1: host-only rank */
-  int topoDevType;  /* the rank's device in its topology host: a commTopoNodeType (GPU, or CPU for host */
-  int topoDevIndex; /* ranks) and its index among the host's nodes of that type; -1 when unknown */
-  int topoError;    /* commResult_t of loading the topology (COMM_TOPO_FILE) on that rank */
-  int nCores;       /* online CPUs of its host */
+  int cudaDev;        /* -1: host-only rank */
+  int topoDevType;    /* the rank's device in its topology host: a commTopoNodeType (GPU, or CPU for host */
+  int topoDevIndex;   /* ranks) and its index among the host's nodes of that type; -1 when unknown */
+  int topoError;      /* commResult_t of loading the topology (COMM_TOPO_FILE) on that rank */
+  int nCores;         /* online CPUs of its host */
   uint64_t hostHash;  /* ranks with the same hostHash form a node */
   uint64_t netIfHash; /* the network interface this rank uses (name and address); 0 if none */
   int64_t busId;      /* PCI bus id of the GPU, -1 if none */
@@ -32,10 +32,10 @@ typedef struct {
 
 typedef struct {
   int id;
-  int* ringRanks;  /* nRanks: the rank at each ring position */
+  int* ringRanks; /* nRanks: the rank at each ring position */
   int ringPrev, ringNext;
-  commConn** send; /* [nRanks], NULL until connected */
-  commConn** recv; /* [nRanks] */
+  commConn** send;    /* [nRanks], NULL until connected */
+  commConn** recv;    /* [nRanks] */
   commConn** devSend; /* [nRanks]: device-buffer connections (CUDA executor), NULL until connected */
   commConn** devRecv; /* [nRanks] */
 } commChannel;
@@ -54,7 +54,7 @@ typedef enum { COMM_INIT_NONE = 0, COMM_INIT_RUNNING, COMM_INIT_DONE, COMM_INIT_
 typedef struct commComm commComm;
 
 struct commComm {
-  uint64_t magic;  /* COMM_MAGIC_ALIVE while usable */
+  uint64_t magic; /* COMM_MAGIC_ALIVE while usable */
   int rank, nRanks;
   int cudaDev;
   int localRank, localRanks; /* among ranks of the same host */
@@ -62,20 +62,20 @@ struct commComm {
   int minCores;              /* fewest online CPUs of any rank's host: defaults that shape schedules (channel
                               * count, the tuner's cores per node) must be the same on every rank */
   int node, nNodes;
-  int* rankNode;       /* [nRanks]: node index of each rank, nodes numbered in order of their first rank */
+  int* rankNode; /* [nRanks]: node index of each rank, nodes numbered in order of their first rank */
   char name[64];
-  char netName[32];    /* commConfig_t.netName: the built-in network to use ("IB", "Socket"); "" automatic */
+  char netName[32]; /* commConfig_t.netName: the built-in network to use ("IB", "Socket"); "" automatic */
   uint64_t commHash;
   commPeerInfo* peers; /* [nRanks] */
   commBootstrap* bootstrap;
 
   /* Settings fixed at init. */
   int blocking;
-  int64_t timeoutMs;   /* every wait gives up after this long without progress (<0: never) */
-  size_t slotBytes;    /* FIFO slot size of every connection */
+  int64_t timeoutMs; /* every wait gives up after this long without progress (<0: never) */
+  size_t slotBytes;  /* FIFO slot size of every connection */
   int nSlots;
   int shmDisable;
-  int p2pDisable;      /* COMM_P2P_DISABLE=1: device buffers within a host go through shm (host memory) */
+  int p2pDisable;         /* COMM_P2P_DISABLE=1: device buffers within a host go through shm (host memory) */
   size_t oneShotMaxBytes; /* allreduce of at most this many bytes runs one-shot (0: never) */
   int devMaxChannels;     /* device plans: most channels per collective (0: not computed yet) */
 
@@ -85,14 +85,14 @@ struct commComm {
   commConn** netConns; /* connections whose transport needs progress */
   int nNetConns, netConnsCap;
   struct commNetState* net;
-  struct commTuner* tuner; /* src/tune: algorithm choice per call */
-  struct commTopo* topo;   /* src/topo: this machine (discovered) or COMM_TOPO_FILE's machines */
+  struct commTuner* tuner;         /* src/tune: algorithm choice per call */
+  struct commTopo* topo;           /* src/topo: this machine (discovered) or COMM_TOPO_FILE's machines */
   struct commTopoRankT* topoRanks; /* [nRanks] (commTopoRank): host and device of each rank in topo; host
                                     * -1 for ranks of nodes the topology does not describe */
-  uint16_t* ringPos;       /* [nRanks][COMM_MAX_CHANNELS]: position of each rank in its node's part of each
+  uint16_t* ringPos;               /* [nRanks][COMM_MAX_CHANNELS]: position of each rank in its node's part of each
                             * channel's ring (topology order); NULL: rank order */
-  struct commDevState* dev; /* the CUDA executor's state (src/exec/cuda/exec_dev.c), made on first use */
-  void* scratch;           /* staging space of the schedules, shared by this comm's plans (they run in turn) */
+  struct commDevState* dev;        /* the CUDA executor's state (src/exec/cuda/exec_dev.c), made on first use */
+  void* scratch;                   /* staging space of the schedules, shared by this comm's plans (they run in turn) */
   size_t scratchBytes;
 
   /* Reduction operators made by commRedOpCreatePreMulSum: op value = commNumOps + index. */
@@ -100,12 +100,12 @@ struct commComm {
 
   /* State. abortFlag, inFlight and asyncError are accessed with COMM_LOAD/STORE atomics. */
   int abortFlag;
-  int inFlight;        /* API calls currently inside the communicator */
-  int asyncError;      /* commResult_t */
-  int initState;       /* commInitState_t */
+  int inFlight;   /* API calls currently inside the communicator */
+  int asyncError; /* commResult_t */
+  int initState;  /* commInitState_t */
   int finalized;
   pthread_t initThread;
-  uint64_t opCount;    /* collectives issued, for log lines */
+  uint64_t opCount; /* collectives issued, for log lines */
   char lastError[256];
 
   /* commSplit children keep a pointer to the config they were made with. */
@@ -113,6 +113,8 @@ struct commComm {
 };
 
 /* Set by commAbort: every wait of every layer gives up when it reads 1. */
-static inline int commAborted(const struct commComm* comm) { return __atomic_load_n(&comm->abortFlag, __ATOMIC_ACQUIRE); }
+static inline int commAborted(const struct commComm* comm) {
+  return __atomic_load_n(&comm->abortFlag, __ATOMIC_ACQUIRE);
+}
 
 #endif

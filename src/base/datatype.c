@@ -9,8 +9,8 @@ size_t commTypeSize(commDataType_t t) {
 }
 
 const char* commTypeName(commDataType_t t) {
-  static const char* const names[commNumTypes] = {"int8",    "uint8",   "int32",   "uint32",
-                                                  "int64",   "uint64",  "float16", "float32",
+  static const char* const names[commNumTypes] = {"int8",    "uint8",    "int32",      "uint32",
+                                                  "int64",   "uint64",   "float16",    "float32",
                                                   "float64", "bfloat16", "float8e4m3", "float8e5m2"};
   return typeValid(t) ? names[t] : "unknown";
 }
@@ -29,9 +29,7 @@ int commTypeIsFloat(commDataType_t t) {
     case commFloat64:
     case commBfloat16:
     case commFloat8e4m3:
-    case commFloat8e5m2:
-      return 1;
-    default:
-      return 0;
+    case commFloat8e5m2: return 1;
+    default: return 0;
   }
 }

@@ -12,8 +12,8 @@ typedef enum {
   COMM_REDOP_PROD,
   COMM_REDOP_MAX,
   COMM_REDOP_MIN,
-  COMM_REDOP_PREMULSUM,   /* sum of (scalar * x): pre-multiplied sum, float avg */
-  COMM_REDOP_SUMPOSTDIV,  /* sum, then divide by divisor at the end: integer avg */
+  COMM_REDOP_PREMULSUM,  /* sum of (scalar * x): pre-multiplied sum, float avg */
+  COMM_REDOP_SUMPOSTDIV, /* sum, then divide by divisor at the end: integer avg */
   COMM_NUM_REDOP_KINDS
 } commRedOpKind_t;
 

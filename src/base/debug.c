@@ -25,10 +25,13 @@ static const struct {
   const char* name;
   unsigned long bit;
 } subsysNames[] = {
-    {"INIT", COMM_INIT},     {"BOOTSTRAP", COMM_BOOTSTRAP}, {"TOPO", COMM_TOPO}, {"TUNE", COMM_TUNE},
-    {"COLL", COMM_COLL},     {"P2P", COMM_P2P},             {"SHM", COMM_SHM},   {"NET", COMM_NET},
-    {"IB", COMM_IB},         {"COLLNET", COMM_COLLNET},     {"PROXY", COMM_PROXY}, {"EXEC", COMM_EXEC},
-    {"ENV", COMM_ENV},       {"ALL", COMM_ALLSUBSYS},
+    {"INIT", COMM_INIT},   {"BOOTSTRAP", COMM_BOOTSTRAP},
+    {"TOPO", COMM_TOPO},   {"TUNE", COMM_TUNE},
+    {"COLL", COMM_COLL},   {"P2P", COMM_P2P},
+    {"SHM", COMM_SHM},     {"NET", COMM_NET},
+    {"IB", COMM_IB},       {"COLLNET", COMM_COLLNET},
+    {"PROXY", COMM_PROXY}, {"EXEC", COMM_EXEC},
+    {"ENV", COMM_ENV},     {"ALL", COMM_ALLSUBSYS},
 };
 
 static unsigned long parseSubsys(const char* s) {
@@ -134,11 +137,10 @@ void commLog(commLogLevel_t level, unsigned long subsys, const char* file, int l
   pthread_mutex_lock(&logLock);
   FILE* out = logFile ? logFile : stderr;
   if (level == COMM_LOG_TRACE) {
-    fprintf(out, "%s:%d:%d%s COMM %s %s:%d %s\n", logHost, (int)getpid(), (int)syscall(SYS_gettid), rankStr,
-            lname, base, line, msg);
+    fprintf(out, "%s:%d:%d%s COMM %s %s:%d %s\n", logHost, (int)getpid(), (int)syscall(SYS_gettid), rankStr, lname,
+            base, line, msg);
   } else {
-    fprintf(out, "%s:%d:%d%s COMM %s %s\n", logHost, (int)getpid(), (int)syscall(SYS_gettid), rankStr, lname,
-            msg);
+    fprintf(out, "%s:%d:%d%s COMM %s %s\n", logHost, (int)getpid(), (int)syscall(SYS_gettid), rankStr, lname, msg);
   }
   fflush(out);
   pthread_mutex_unlock(&logLock);

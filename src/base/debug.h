@@ -5,12 +5,7 @@
 #include <stdint.h>
 #include "comm.h"
 
-typedef enum {
-  COMM_LOG_NONE = 0,
-  COMM_LOG_WARN = 1,
-  COMM_LOG_INFO = 2,
-  COMM_LOG_TRACE = 3
-} commLogLevel_t;
+typedef enum { COMM_LOG_NONE = 0, COMM_LOG_WARN = 1, COMM_LOG_INFO = 2, COMM_LOG_TRACE = 3 } commLogLevel_t;
 
 typedef enum {
   COMM_INIT = 1 << 0,
@@ -48,15 +43,13 @@ void commLogClearLastWarn(void);
 
 /* WARN always records the message as the thread's last error, even when not printed. */
 #define WARN(...) commLog(COMM_LOG_WARN, COMM_ALLSUBSYS, __FILE__, __LINE__, __VA_ARGS__)
-#define INFO(subsys, ...)                                                 \
-  do {                                                                    \
-    if (COMM_LOG_ENABLED(COMM_LOG_INFO))                                  \
-      commLog(COMM_LOG_INFO, (subsys), __FILE__, __LINE__, __VA_ARGS__);  \
+#define INFO(subsys, ...)                                                                                   \
+  do {                                                                                                      \
+    if (COMM_LOG_ENABLED(COMM_LOG_INFO)) commLog(COMM_LOG_INFO, (subsys), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
-#define TRACE(subsys, ...)                                                \
-  do {                                                                    \
-    if (COMM_LOG_ENABLED(COMM_LOG_TRACE))                                 \
-      commLog(COMM_LOG_TRACE, (subsys), __FILE__, __LINE__, __VA_ARGS__); \
+#define TRACE(subsys, ...)                                                                                    \
+  do {                                                                                                        \
+    if (COMM_LOG_ENABLED(COMM_LOG_TRACE)) commLog(COMM_LOG_TRACE, (subsys), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 
 #endif

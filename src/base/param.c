@@ -15,9 +15,12 @@ static int parseInt(const char* s, int64_t* out, int allowSuffix) {
   if (allowSuffix && *end) {
     int64_t mult = 1;
     switch (*end) {
-      case 'k': case 'K': mult = 1LL << 10; break;
-      case 'm': case 'M': mult = 1LL << 20; break;
-      case 'g': case 'G': mult = 1LL << 30; break;
+      case 'k':
+      case 'K': mult = 1LL << 10; break;
+      case 'm':
+      case 'M': mult = 1LL << 20; break;
+      case 'g':
+      case 'G': mult = 1LL << 30; break;
       default: return -1;
     }
     end++;

@@ -422,8 +422,8 @@ commResult_t commSocketConnect(const commSockAddr* addr, int* fd, int64_t deadli
       return commInternalError;
     }
     if (deadlineNs != COMM_NO_DEADLINE && commTimeNs() >= deadlineNs) {
-      TRACE(COMM_BOOTSTRAP, "connect to %s: deadline passed after %d attempts", commSocketAddrStr(addr, buf, sizeof(buf)),
-            attempts);
+      TRACE(COMM_BOOTSTRAP, "connect to %s: deadline passed after %d attempts",
+            commSocketAddrStr(addr, buf, sizeof(buf)), attempts);
       return commTimeout;
     }
     attempts++;
@@ -543,8 +543,7 @@ commResult_t commSocketProgress(int fd, int isSend, void* buf, size_t n, size_t*
   return commSuccess;
 }
 
-static commResult_t transferAll(int fd, int isSend, void* buf, size_t n, int64_t deadlineNs,
-                                const int* abortFlag) {
+static commResult_t transferAll(int fd, int isSend, void* buf, size_t n, int64_t deadlineNs, const int* abortFlag) {
   size_t off = 0;
   while (off < n) {
     if (isAborted(abortFlag)) {

@@ -27,7 +27,7 @@
 
 static_assert(sizeof(commBootstrapId) <= COMM_UNIQUE_ID_BYTES, "commBootstrapId must fit in commUniqueId");
 
-#define BOOT_MSG_MAGIC 0x636f6d6d6d736731ull   /* "commmsg1" */
+#define BOOT_MSG_MAGIC 0x636f6d6d6d736731ull /* "commmsg1" */
 /* The bootstrap carries metadata, not bulk data. */
 #define BOOT_MAX_MSG_BYTES (1ull << 30)
 /* Up to this size a send completes into the kernel's socket buffers, whoever receives. */
@@ -72,9 +72,7 @@ static int isAborted(const commBootstrap* b) {
   return b->abortFlag != NULL && __atomic_load_n(b->abortFlag, __ATOMIC_ACQUIRE) != 0;
 }
 
-static int deadlinePassed(int64_t deadlineNs) {
-  return deadlineNs != COMM_NO_DEADLINE && commTimeNs() >= deadlineNs;
-}
+static int deadlinePassed(int64_t deadlineNs) { return deadlineNs != COMM_NO_DEADLINE && commTimeNs() >= deadlineNs; }
 
 const char* bootFdPeerStr(int fd, char* buf, size_t n) {
   commSockAddr a;
@@ -154,8 +152,8 @@ static commResult_t rendezvous(commBootstrap* b, const commSockAddr* rootAddr, i
     goto fail;
   }
   if (res == commRemoteError) {
-    WARN("rank %d: the bootstrap root at %s closed the connection before the rendezvous of %d ranks completed",
-         b->rank, rootStr, b->nranks);
+    WARN("rank %d: the bootstrap root at %s closed the connection before the rendezvous of %d ranks completed", b->rank,
+         rootStr, b->nranks);
     goto fail;
   }
   if (res != commSuccess) goto fail;
@@ -171,8 +169,8 @@ static commResult_t rendezvous(commBootstrap* b, const commSockAddr* rootAddr, i
     goto fail;
   }
   if (rep.nranks != b->nranks) {
-    WARN("rank %d: the bootstrap root at %s answered for %d ranks, this rank expects %d", b->rank, rootStr,
-         rep.nranks, b->nranks);
+    WARN("rank %d: the bootstrap root at %s answered for %d ranks, this rank expects %d", b->rank, rootStr, rep.nranks,
+         b->nranks);
     res = commRemoteError;
     goto fail;
   }
@@ -194,8 +192,8 @@ static commResult_t rendezvous(commBootstrap* b, const commSockAddr* rootAddr, i
   }
   res = commSocketRecvAll(fd, b->peers, sizeof(commSockAddr) * (size_t)b->nranks, deadlineNs, b->abortFlag);
   if (res == commTimeout) {
-    WARN("rank %d: root did not complete the rendezvous of %d ranks within %lld ms (the table was cut short)",
-         b->rank, b->nranks, (long long)b->timeoutMs);
+    WARN("rank %d: root did not complete the rendezvous of %d ranks within %lld ms (the table was cut short)", b->rank,
+         b->nranks, (long long)b->timeoutMs);
   }
 fail:
   if (res == commInternalError && isAborted(b)) {
@@ -246,9 +244,8 @@ commResult_t bootstrapInit(const commUniqueId* id, int rank, int nranks, const c
   COMMCHECKGOTO(rendezvous(b, &bid.root, deadlineNs), res, fail);
   {
     char lbuf[BOOT_ADDR_STR], rbuf[BOOT_ADDR_STR];
-    INFO(COMM_BOOTSTRAP, "rank %d/%d: bootstrap on interface %s, listening at %s, root %s", rank, nranks,
-         b->ifName, commSocketAddrStr(&b->listenAddr, lbuf, sizeof(lbuf)),
-         commSocketAddrStr(&bid.root, rbuf, sizeof(rbuf)));
+    INFO(COMM_BOOTSTRAP, "rank %d/%d: bootstrap on interface %s, listening at %s, root %s", rank, nranks, b->ifName,
+         commSocketAddrStr(&b->listenAddr, lbuf, sizeof(lbuf)), commSocketAddrStr(&bid.root, rbuf, sizeof(rbuf)));
   }
   *out = b;
   return commSuccess;
@@ -269,8 +266,7 @@ commResult_t bootstrapClose(commBootstrap* b) {
 /* ---------------------------------------------------------------------------------------------------- */
 /* Messages */
 
-static commResult_t sendMsg(commBootstrap* b, int peer, int tag, const void* data, size_t size,
-                            int64_t deadlineNs) {
+static commResult_t sendMsg(commBootstrap* b, int peer, int tag, const void* data, size_t size, int64_t deadlineNs) {
   char pstr[BOOT_ADDR_STR];
   int fd = -1;
   commResult_t res = commSocketConnect(&b->peers[peer], &fd, deadlineNs, b->abortFlag);
@@ -293,8 +289,8 @@ static commResult_t sendMsg(commBootstrap* b, int peer, int tag, const void* dat
   if (res == commSuccess && size > 0) res = commSocketSendAll(fd, data, size, deadlineNs, b->abortFlag);
   close(fd);
   if (res == commTimeout) {
-    WARN("rank %d: bootstrap send of %zu bytes to rank %d tag %d did not complete within %lld ms", b->rank, size,
-         peer, tag, (long long)b->timeoutMs);
+    WARN("rank %d: bootstrap send of %zu bytes to rank %d tag %d did not complete within %lld ms", b->rank, size, peer,
+         tag, (long long)b->timeoutMs);
   }
   if (res == commInternalError && isAborted(b)) {
     WARN("rank %d: bootstrap send to rank %d tag %d aborted", b->rank, peer, tag);
@@ -343,13 +339,11 @@ static commResult_t readIncoming(commBootstrap* b, int fd, int64_t deadlineNs, i
     return commSuccess;
   }
   if (res != commSuccess) {
-    WARN("rank %d: dropped bootstrap connection from %s: it closed or failed before sending a header", b->rank,
-         from);
+    WARN("rank %d: dropped bootstrap connection from %s: it closed or failed before sending a header", b->rank, from);
     return commSuccess;
   }
   if (hdr.magic != BOOT_MSG_MAGIC) {
-    WARN("rank %d: dropped bootstrap connection from %s: bad magic (not a libcomm bootstrap message)", b->rank,
-         from);
+    WARN("rank %d: dropped bootstrap connection from %s: bad magic (not a libcomm bootstrap message)", b->rank, from);
     return commSuccess;
   }
   if (hdr.secret != b->secret) {
@@ -357,8 +351,8 @@ static commResult_t readIncoming(commBootstrap* b, int fd, int64_t deadlineNs, i
     return commSuccess;
   }
   if (hdr.src < 0 || hdr.src >= b->nranks || hdr.size > BOOT_MAX_MSG_BYTES) {
-    WARN("rank %d: dropped bootstrap connection from %s: invalid header (source rank %d of %d, %llu bytes)",
-         b->rank, from, hdr.src, b->nranks, (unsigned long long)hdr.size);
+    WARN("rank %d: dropped bootstrap connection from %s: invalid header (source rank %d of %d, %llu bytes)", b->rank,
+         from, hdr.src, b->nranks, (unsigned long long)hdr.size);
     return commSuccess;
   }
   if (hdr.seq < b->recvContig[hdr.src] || findQueued(b, hdr.src, hdr.seq) != NULL) {
@@ -414,8 +408,8 @@ static commResult_t recvMsg(commBootstrap* b, int peer, int tag, void* data, siz
       if (b->queueTail == m) b->queueTail = prev;
       commResult_t res = commSuccess;
       if (m->size != size) {
-        WARN("rank %d: bootstrap recv from rank %d tag %d: expected %zu bytes, the message has %zu", b->rank, peer,
-             tag, size, m->size);
+        WARN("rank %d: bootstrap recv from rank %d tag %d: expected %zu bytes, the message has %zu", b->rank, peer, tag,
+             size, m->size);
         res = commInternalError;
       } else if (size > 0) {
         memcpy(data, m->data, size);
@@ -441,8 +435,7 @@ static commResult_t recvMsg(commBootstrap* b, int peer, int tag, void* data, siz
   }
 }
 
-static commResult_t checkPeer(commBootstrap* b, int peer, int tag, const void* data, size_t size,
-                              const char* what) {
+static commResult_t checkPeer(commBootstrap* b, int peer, int tag, const void* data, size_t size, const char* what) {
   if (b == NULL) {
     WARN("%s: bootstrap is NULL", what);
     return commInvalidArgument;
@@ -452,8 +445,8 @@ static commResult_t checkPeer(commBootstrap* b, int peer, int tag, const void* d
     return commInvalidArgument;
   }
   if (tag < 0) {
-    WARN("%s: rank %d: tag %d is negative (negative tags are reserved for the bootstrap's collectives)", what,
-         b->rank, tag);
+    WARN("%s: rank %d: tag %d is negative (negative tags are reserved for the bootstrap's collectives)", what, b->rank,
+         tag);
     return commInvalidArgument;
   }
   if (data == NULL && size > 0) {

@@ -10,8 +10,8 @@
 
 /* The layout inside commUniqueId (128 bytes). */
 typedef struct {
-  uint64_t magic;   /* COMM_BOOTSTRAP_MAGIC */
-  uint64_t secret;  /* random; presented by every connection */
+  uint64_t magic;  /* COMM_BOOTSTRAP_MAGIC */
+  uint64_t secret; /* random; presented by every connection */
   commSockAddr root;
 } commBootstrapId;
 #define COMM_BOOTSTRAP_MAGIC 0x636f6d6d69643031ull /* "commid01" */

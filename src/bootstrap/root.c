@@ -219,8 +219,8 @@ static void rootTimeout(rootState* st) {
   int64_t d = commDeadlineNs(1000);
   for (int r = 0; r < st->nranks; r++) {
     if (st->rankFd[r] < 0) continue;
-    rootSendReply(st, st->rankFd[r], BOOT_REPLY_TIMEOUT, "rendezvous timed out", flags,
-                  flags ? (size_t)st->nranks : 0, d);
+    rootSendReply(st, st->rankFd[r], BOOT_REPLY_TIMEOUT, "rendezvous timed out", flags, flags ? (size_t)st->nranks : 0,
+                  d);
   }
   free(flags);
 }
@@ -295,8 +295,8 @@ static commResult_t rootRun(rootState* st) {
     for (int r = 0; r < st->nranks; r++) {
       rootSendReply(st, st->rankFd[r], BOOT_REPLY_OK, NULL, st->table, sizeof(commSockAddr) * (size_t)st->nranks, d);
     }
-    INFO(COMM_BOOTSTRAP, "bootstrap root at %s: rendezvous of %d ranks complete in %lld ms", st->addrStr,
-         st->nranks, (long long)elapsedMs(st->firstHelloNs));
+    INFO(COMM_BOOTSTRAP, "bootstrap root at %s: rendezvous of %d ranks complete in %lld ms", st->addrStr, st->nranks,
+         (long long)elapsedMs(st->firstHelloNs));
   }
 exit:
   free(pfds);

@@ -73,12 +73,14 @@ static commResult_t checkMemory(const apiDesc* d, comm_t comm, const void* sendb
   if (dev < 0) return commSuccess;
   if (!commDevAvailable()) {
     WARN("%s: the buffers are device memory, but this libcomm was built without the CUDA executor (no CUDA "
-         "toolkit at build time, or a sanitizer build)", d->api);
+         "toolkit at build time, or a sanitizer build)",
+         d->api);
     return commInvalidUsage;
   }
   if (comm->cudaDev < 0) {
     WARN("%s: the buffers are on GPU %d, but the communicator has no GPU: make the GPU current "
-         "(cudaSetDevice) before commInitRank", d->api, dev);
+         "(cudaSetDevice) before commInitRank",
+         d->api, dev);
     return commInvalidUsage;
   }
   if (dev != comm->cudaDev) {
@@ -198,8 +200,8 @@ out:
   return res;
 }
 
-static commResult_t apiCall(const apiDesc* d, const void* sendbuff, void* recvbuff, size_t count,
-                            commDataType_t dtype, commRedOp_t op, int root, comm_t comm, commStream_t stream) {
+static commResult_t apiCall(const apiDesc* d, const void* sendbuff, void* recvbuff, size_t count, commDataType_t dtype,
+                            commRedOp_t op, int root, comm_t comm, commStream_t stream) {
   COMMCHECK(commApiEnter(comm, d->api));
   commResult_t res = enqueueChecked(d, sendbuff, recvbuff, count, dtype, op, root, comm, stream);
   commApiLeave(comm);
@@ -224,15 +226,14 @@ COMM_API commResult_t commReduce(const void* sendbuff, void* recvbuff, size_t co
   return apiCall(&d, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
 }
 
-COMM_API commResult_t commAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                                    commDataType_t datatype, comm_t comm, commStream_t stream) {
+COMM_API commResult_t commAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, commDataType_t datatype,
+                                    comm_t comm, commStream_t stream) {
   static const apiDesc d = {"commAllGather", commFuncAllGather, 0, 0, 0, 0};
   return apiCall(&d, sendbuff, recvbuff, sendcount, datatype, commSum, 0, comm, stream);
 }
 
-COMM_API commResult_t commReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                        commDataType_t datatype, commRedOp_t op, comm_t comm,
-                                        commStream_t stream) {
+COMM_API commResult_t commReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, commDataType_t datatype,
+                                        commRedOp_t op, comm_t comm, commStream_t stream) {
   static const apiDesc d = {"commReduceScatter", commFuncReduceScatter, 0, 0, 1, 0};
   return apiCall(&d, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream);
 }
@@ -281,12 +282,12 @@ static commResult_t rootedExchange(int gather, const void* sendbuff, void* recvb
   return first != commSuccess ? first : end;
 }
 
-COMM_API commResult_t commGather(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype,
-                                 int root, comm_t comm, commStream_t stream) {
+COMM_API commResult_t commGather(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype, int root,
+                                 comm_t comm, commStream_t stream) {
   return rootedExchange(1, sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 
-COMM_API commResult_t commScatter(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype,
-                                  int root, comm_t comm, commStream_t stream) {
+COMM_API commResult_t commScatter(const void* sendbuff, void* recvbuff, size_t count, commDataType_t datatype, int root,
+                                  comm_t comm, commStream_t stream) {
   return rootedExchange(0, sendbuff, recvbuff, count, datatype, root, comm, stream);
 }

@@ -294,10 +294,11 @@ static commResult_t initBody(struct commComm* comm, const commUniqueId* id) {
   COMMCHECK(setupChannels(comm));
   COMMCHECK(connectRings(comm));
   COMMCHECK(commTunerInit(comm));
-  INFO(COMM_INIT, "comm %p%s%s rank %d nRanks %d localRank %d localRanks %d node %d nNodes %d channels %d "
+  INFO(COMM_INIT,
+       "comm %p%s%s rank %d nRanks %d localRank %d localRanks %d node %d nNodes %d channels %d "
        "slot %zu B - Init COMPLETE",
-       (void*)comm, comm->name[0] ? " " : "", comm->name, comm->rank, comm->nRanks, comm->localRank,
-       comm->localRanks, comm->node, comm->nNodes, comm->nChannels, comm->slotBytes);
+       (void*)comm, comm->name[0] ? " " : "", comm->name, comm->rank, comm->nRanks, comm->localRank, comm->localRanks,
+       comm->node, comm->nNodes, comm->nChannels, comm->slotBytes);
   return res;
 }
 
@@ -443,8 +444,7 @@ COMM_API commResult_t commInitRankConfig(comm_t* newcomm, int nranks, commUnique
   comm->slotBytes = (size_t)buffSize / COMM_NSLOTS / 64 * 64;
   comm->shmDisable = (int)commParamInt("COMM_SHM_DISABLE", 0, 0, 1);
   comm->p2pDisable = (int)commParamInt("COMM_P2P_DISABLE", 0, 0, 1);
-  comm->oneShotMaxBytes =
-      (size_t)commParamSize("COMM_ALLREDUCE_ONESHOT_MAX", COMM_DEFAULT_ONESHOT_MAX, 0, 1LL << 30);
+  comm->oneShotMaxBytes = (size_t)commParamSize("COMM_ALLREDUCE_ONESHOT_MAX", COMM_DEFAULT_ONESHOT_MAX, 0, 1LL << 30);
   if (rank == 0) {
     INFO(COMM_INIT, "libcomm version %d.%d.%d", COMM_MAJOR, COMM_MINOR, COMM_PATCH);
   }

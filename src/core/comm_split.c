@@ -9,7 +9,7 @@
 #include "exec_dev.h"
 #include "utils.h"
 
-#define COMM_TAG_SPLIT 0x20000000 /* transports use 0x40000000 and up */
+#define COMM_TAG_SPLIT 0x20000000  /* transports use 0x40000000 and up */
 #define COMM_TAG_SHRINK 0x30000000 /* one tag: survivors' op counters may differ after a failure */
 
 /* ---- Split ---- */
@@ -151,8 +151,9 @@ COMM_API commResult_t commShrink(comm_t comm, const int* excludeRanks, int nExcl
   for (int i = 0; i < nExclude; i++) {
     if (excl[i] < 0 || excl[i] >= comm->nRanks || (i > 0 && excl[i] == excl[i - 1]) || excl[i] == comm->rank) {
       WARN("commShrink: excluded rank %d is %s", excl[i],
-           excl[i] == comm->rank ? "this rank (excluded ranks do not call commShrink)"
-           : excl[i] < 0 || excl[i] >= comm->nRanks ? "out of range" : "listed twice");
+           excl[i] == comm->rank                    ? "this rank (excluded ranks do not call commShrink)"
+           : excl[i] < 0 || excl[i] >= comm->nRanks ? "out of range"
+                                                    : "listed twice");
       res = commInvalidArgument;
       goto out;
     }

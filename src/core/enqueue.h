@@ -8,17 +8,17 @@ typedef enum { COMM_TASK_COLL = 0, COMM_TASK_SEND, COMM_TASK_RECV } commTaskKind
 
 typedef struct commTask {
   commTaskKind_t kind;
-  commFunc_t func;        /* collectives */
+  commFunc_t func; /* collectives */
   struct commComm* comm;
   const void* sendbuff;
   void* recvbuff;
   size_t count;
   commDataType_t dtype;
   commRedOp_t op;
-  int root;               /* collectives: root; p2p: peer */
-  commRedOpArgs redop;    /* resolved at enqueue time */
-  const void* devScalar;  /* a PREMULSUM scalar in device memory (device buffers), else NULL */
-  int onDevice;           /* the buffers are device memory (checked at the API) */
+  int root;              /* collectives: root; p2p: peer */
+  commRedOpArgs redop;   /* resolved at enqueue time */
+  const void* devScalar; /* a PREMULSUM scalar in device memory (device buffers), else NULL */
+  int onDevice;          /* the buffers are device memory (checked at the API) */
   commStream_t stream;
   struct commTask* next;
 } commTask;
@@ -42,8 +42,7 @@ commResult_t commGroupDefer(commGroupJobFn run, void* arg, int phase);
  * which run one after another) and reset the executor's progress. The plan owns its schedule. */
 commResult_t commPlanPrepare(commPlan* plan, void* scratch);
 void commPlanFree(commPlan* plan);
-commResult_t commPlansBuildMulti(struct commComm** comms, commTask** lists, int nComms, commPlan*** plans,
-                                 int* nPlans);
+commResult_t commPlansBuildMulti(struct commComm** comms, commTask** lists, int nComms, commPlan*** plans, int* nPlans);
 
 /* src/core/comm.c: API entry/exit bookkeeping. Enter fails with a WARN on a bad or dead comm. */
 commResult_t commApiEnter(comm_t comm, const char* api);

@@ -133,7 +133,7 @@ COMM_API commResult_t commGroupEnd(void) {
 COMM_API commResult_t commGroupSimulateEnd(float* estimatedUs) {
   commLogClearLastWarn();
   if (groupDepth != 1 || groupJobs != NULL) {
-    WARN("commGroupSimulateEnd: %s", groupDepth == 0 ? "no matching commGroupStart"
+    WARN("commGroupSimulateEnd: %s", groupDepth == 0  ? "no matching commGroupStart"
                                      : groupDepth > 1 ? "not the outermost group: end the inner ones first"
                                                       : "the group creates, splits or finalizes communicators: end "
                                                         "it with commGroupEnd");
@@ -165,7 +165,7 @@ COMM_API commResult_t commGroupSimulateEnd(float* estimatedUs) {
 static commResult_t runCachedTask(commTask* task, int* finished) {
   int launched = 0;
   commLogSetRank(task->comm->rank);
-  const commDevCall call = {task->func, task->count, task->dtype, &task->redop, task->devScalar,
+  const commDevCall call = {task->func, task->count,    task->dtype,    &task->redop, task->devScalar,
                             task->root, task->sendbuff, task->recvbuff, task->stream};
   commResult_t res = commDevRunCached(task->comm, &call, &launched);
   if (res != commSuccess) commSetAsyncError(task->comm, res);
@@ -175,8 +175,7 @@ static commResult_t runCachedTask(commTask* task, int* finished) {
 
 /* Split the task list by communicator, keeping order: comms[c]'s tasks chained from lists[c] (at most
  * nTasks communicators; *nComms of them found). On failure the list is untouched. */
-static commResult_t splitByComm(commTask* tasks, int nTasks, struct commComm** comms, commTask** lists,
-                                int* nComms) {
+static commResult_t splitByComm(commTask* tasks, int nTasks, struct commComm** comms, commTask** lists, int* nComms) {
   commTask* tailsStack[RUN_STACK_TASKS];
   commTask** tails = tailsStack;
   if (nTasks > RUN_STACK_TASKS) {

@@ -99,7 +99,7 @@ commResult_t commPlacementSetup(struct commComm* comm) {
       dev = commTopoFind(t, h, COMM_TOPO_CPU, 0);
       if (v == comm->node)
         WARN("topology: rank %d's device (%s %d) is not in topology host %d (%s); placing it at CPU0", r,
-           commTopoNodeTypeName(p->topoDevType), p->topoDevIndex, h, t->hosts[h].name);
+             commTopoNodeTypeName(p->topoDevType), p->topoDevIndex, h, t->hosts[h].name);
     }
     ranks[r] = (commTopoRank){h, dev, v};
   }
@@ -110,11 +110,12 @@ commResult_t commPlacementSetup(struct commComm* comm) {
     commTopoPath p = commTopoPathOf(t, me->dev, nic);
     if (nic >= 0) commTopoNodeLabel(t, nic, nicLab, sizeof(nicLab));
     const commTopoHost* host = &t->hosts[me->host];
-    INFO(COMM_TOPO | COMM_INIT, "topology: rank %d on host %d (%s: %d CPU(s), %d GPU(s), %d NIC(s)), node %d, "
-         "local rank %d of %d, device %s, NIC %s (path %s, %.1f GB/s)", comm->rank, me->host, host->name,
-         host->nCpus, host->nGpus, host->nNics, comm->node, comm->localRank, comm->localRanks,
-         commTopoNodeLabel(t, me->dev, devLab, sizeof(devLab)), nicLab, nic >= 0 ? commTopoPathName(p.type) : "-",
-         nic >= 0 ? p.bw : 0.0);
+    INFO(COMM_TOPO | COMM_INIT,
+         "topology: rank %d on host %d (%s: %d CPU(s), %d GPU(s), %d NIC(s)), node %d, "
+         "local rank %d of %d, device %s, NIC %s (path %s, %.1f GB/s)",
+         comm->rank, me->host, host->name, host->nCpus, host->nGpus, host->nNics, comm->node, comm->localRank,
+         comm->localRanks, commTopoNodeLabel(t, me->dev, devLab, sizeof(devLab)), nicLab,
+         nic >= 0 ? commTopoPathName(p.type) : "-", nic >= 0 ? p.bw : 0.0);
   }
   /* This rank's position in its node's part of every channel's ring, and the NIC it uses, then everyone's. */
   COMMCHECKGOTO(commCalloc(&msgs, (size_t)n, sizeof(rankTopoMsg)), res, exit);
@@ -152,8 +153,7 @@ commResult_t commPlacementSetup(struct commComm* comm) {
          "follow rank order");
   } else {
     COMMCHECKGOTO(commCalloc(&comm->ringPos, (size_t)n * COMM_MAX_CHANNELS, sizeof(uint16_t)), res, exit);
-    for (int r = 0; r < n; r++)
-      memcpy(comm->ringPos + (size_t)r * COMM_MAX_CHANNELS, msgs[r].pos, sizeof(msgs[r].pos));
+    for (int r = 0; r < n; r++) memcpy(comm->ringPos + (size_t)r * COMM_MAX_CHANNELS, msgs[r].pos, sizeof(msgs[r].pos));
   }
 exit:
   free(firstOfNode);

@@ -72,10 +72,8 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
   plan->devScalar = t->devScalar;
 
   commTuneChoice choice;
-  if (plan->onDevice)
-    COMMCHECKGOTO(commTuneChooseDevice(comm, t->func, t->count, plan->eltSize, &choice), res, fail);
-  else
-    COMMCHECKGOTO(commTuneChoose(comm, t->func, t->count, plan->eltSize, &choice), res, fail);
+  if (plan->onDevice) COMMCHECKGOTO(commTuneChooseDevice(comm, t->func, t->count, plan->eltSize, &choice), res, fail);
+  else COMMCHECKGOTO(commTuneChoose(comm, t->func, t->count, plan->eltSize, &choice), res, fail);
   plan->repeatable = choice.repeatable;
   commCollArgs args;
   memset(&args, 0, sizeof(args));
@@ -120,8 +118,7 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
        commFuncName(t->func), (unsigned long long)plan->opCount, t->sendbuff, t->recvbuff, t->count,
        commTypeName(t->dtype), isReductionFunc(t->func) ? commOpName(t->op) : "none", t->root, (void*)comm,
        comm->nRanks, commAlgoName(choice.algo), commProtoName(choice.proto), plan->sched.nChannels,
-       args.chunkElems * plan->eltSize, choice.predictedUs,
-       plan->onDevice ? " (device buffers)" : "");
+       args.chunkElems * plan->eltSize, choice.predictedUs, plan->onDevice ? " (device buffers)" : "");
   *out = plan;
   return commSuccess;
 fail:
@@ -148,8 +145,7 @@ static commResult_t buildP2pPlan(commComm* comm, commTask* tasks, int nP2p, int 
     for (int k = 0; k < plan->nStreams && !seen; k++) seen = plan->streams[k] == t->stream;
     if (!seen && onDevice) {
       if (plan->nStreams == COMM_PLAN_MAX_STREAMS) {
-        WARN("rank %d: a group's sends and receives use more than %d CUDA streams", comm->rank,
-             COMM_PLAN_MAX_STREAMS);
+        WARN("rank %d: a group's sends and receives use more than %d CUDA streams", comm->rank, COMM_PLAN_MAX_STREAMS);
         res = commInvalidUsage;
         goto fail;
       }
@@ -163,8 +159,8 @@ static commResult_t buildP2pPlan(commComm* comm, commTask* tasks, int nP2p, int 
     plan->bufs[COMM_BUF_USER0 + i] = ops[i].isSend ? (void*)t->sendbuff : t->recvbuff;
     plan->count += bytes;
     INFO(COMM_P2P, "%s: opCount %llu %s %zu bytes %s rank %d comm %p", ops[i].isSend ? "Send" : "Recv",
-         (unsigned long long)plan->opCount, ops[i].isSend ? "sends" : "receives", bytes,
-         ops[i].isSend ? "to" : "from", t->root, (void*)comm);
+         (unsigned long long)plan->opCount, ops[i].isSend ? "sends" : "receives", bytes, ops[i].isSend ? "to" : "from",
+         t->root, (void*)comm);
     i++;
   }
   COMMCHECKGOTO(commP2pBuild(comm->rank, comm->nRanks, ops, nP2p, &plan->sched), res, fail);

@@ -13,7 +13,8 @@ commResult_t commRedOpResolve(comm_t comm, commRedOp_t op, commDataType_t type, 
   int idx = (int)op - commNumOps;
   if (idx < 0 || idx >= COMM_MAX_USER_REDOPS || !comm->userOps[idx].inUse) {
     WARN("invalid reduction operator %d (not built-in, and not a live op made by commRedOpCreatePreMulSum on "
-         "this communicator)", (int)op);
+         "this communicator)",
+         (int)op);
     return commInvalidArgument;
   }
   const commUserRedOp* u = &comm->userOps[idx];
@@ -25,8 +26,8 @@ commResult_t commRedOpResolve(comm_t comm, commRedOp_t op, commDataType_t type, 
   *args = u->args;
   if (u->scalarOnDevice) {
     if (!onDevice) {
-      WARN("reduction operator %d has its scalar in device memory (%p); host buffers need a host scalar",
-           (int)op, u->scalarPtr);
+      WARN("reduction operator %d has its scalar in device memory (%p); host buffers need a host scalar", (int)op,
+           u->scalarPtr);
       return commInvalidUsage;
     }
     *devScalar = u->scalarPtr;

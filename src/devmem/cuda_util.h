@@ -13,18 +13,18 @@ static inline commResult_t commCudaFail(const char* what, cudaError_t err) {
   WARN("CUDA error in %s: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
   return commUnhandledCudaError;
 }
-#define CUDACHECK(call)                                     \
-  do {                                                      \
-    cudaError_t e_ = (call);                                \
-    if (e_ != cudaSuccess) return commCudaFail(#call, e_);  \
+#define CUDACHECK(call)                                    \
+  do {                                                     \
+    cudaError_t e_ = (call);                               \
+    if (e_ != cudaSuccess) return commCudaFail(#call, e_); \
   } while (0)
-#define CUDACHECKGOTO(call, res, label)  \
-  do {                                   \
-    cudaError_t e_ = (call);             \
-    if (e_ != cudaSuccess) {             \
-      res = commCudaFail(#call, e_);     \
-      goto label;                        \
-    }                                    \
+#define CUDACHECKGOTO(call, res, label) \
+  do {                                  \
+    cudaError_t e_ = (call);            \
+    if (e_ != cudaSuccess) {            \
+      res = commCudaFail(#call, e_);    \
+      goto label;                       \
+    }                                   \
   } while (0)
 
 /* Run with device `dev` current, then put the caller's back: enter, work, leave. */

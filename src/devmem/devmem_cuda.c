@@ -12,15 +12,15 @@
 
 /* Run fn with cudaDev current and the caller's graph capture (if any) relaxed: connections are made on
  * first use, which may be inside a capture. */
-#define WITH_DEV(cudaDev, stmt)                                               \
-  do {                                                                        \
-    commCudaDevGuard g_;                                                      \
-    COMMCHECK(commCudaDevEnter(cudaDev, &g_));                                \
-    enum cudaStreamCaptureMode m_ = cudaStreamCaptureModeRelaxed;             \
-    cudaThreadExchangeStreamCaptureMode(&m_);                                 \
-    stmt;                                                                     \
-    cudaThreadExchangeStreamCaptureMode(&m_);                                 \
-    commCudaDevLeave(cudaDev, &g_);                                           \
+#define WITH_DEV(cudaDev, stmt)                                   \
+  do {                                                            \
+    commCudaDevGuard g_;                                          \
+    COMMCHECK(commCudaDevEnter(cudaDev, &g_));                    \
+    enum cudaStreamCaptureMode m_ = cudaStreamCaptureModeRelaxed; \
+    cudaThreadExchangeStreamCaptureMode(&m_);                     \
+    stmt;                                                         \
+    cudaThreadExchangeStreamCaptureMode(&m_);                     \
+    commCudaDevLeave(cudaDev, &g_);                               \
   } while (0)
 
 /* Release p with fn (cudaFreeHost, cudaHostUnregister, cudaFree) while cudaDev is current; nothing for NULL. */

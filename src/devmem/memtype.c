@@ -58,8 +58,7 @@ int commCudaCurrentDevice(void) {
   cuCtxGetDeviceFn getDevice = (cuCtxGetDeviceFn)dlsym(lib, "cuCtxGetDevice");
   void* ctx = NULL;
   int dev = -1;
-  if (getCurrent == NULL || getDevice == NULL || getCurrent(&ctx) != 0 || ctx == NULL || getDevice(&dev) != 0)
-    dev = -1;
+  if (getCurrent == NULL || getDevice == NULL || getCurrent(&ctx) != 0 || ctx == NULL || getDevice(&dev) != 0) dev = -1;
   dlclose(lib); /* drops the reference RTLD_NOLOAD took; the driver stays loaded */
   return dev;
 }

@@ -11,34 +11,34 @@
 #include "schedule.h"
 
 typedef struct {
-  int stepIdx;      /* current step */
-  size_t sendDone;  /* elements of the current step sent */
-  size_t recvDone;  /* elements of the current step received */
-  size_t workDone;  /* elements of the current step fully processed (for single-stream prims) */
+  int stepIdx;     /* current step */
+  size_t sendDone; /* elements of the current step sent */
+  size_t recvDone; /* elements of the current step received */
+  size_t workDone; /* elements of the current step fully processed (for single-stream prims) */
 } commChannelProgress;
 
 typedef struct commPlan {
   struct commComm* comm;
   commFunc_t func;
   commSchedule sched;
-  void** bufs;          /* [sched.nBufs] */
+  void** bufs; /* [sched.nBufs] */
   commDataType_t dtype;
   size_t eltSize;
   commRedOpArgs redop;
   uint64_t opCount;
-  size_t count;         /* API count, for messages */
+  size_t count; /* API count, for messages */
   int root;
-  int onDevice;         /* device buffers: run by the CUDA executor, ordered with the callers' streams */
+  int onDevice; /* device buffers: run by the CUDA executor, ordered with the callers' streams */
 #define COMM_PLAN_MAX_STREAMS 8
-  int devProto;         /* device plans: commProtoLL or commProtoSimple */
-  int repeatable;       /* an identical call gets the same plan (the tuner says so): the CUDA executor may keep it */
-  int nStreams;         /* device plans: the distinct streams of the calls in the plan (grouped send/recv */
+  int devProto;   /* device plans: commProtoLL or commProtoSimple */
+  int repeatable; /* an identical call gets the same plan (the tuner says so): the CUDA executor may keep it */
+  int nStreams;   /* device plans: the distinct streams of the calls in the plan (grouped send/recv */
   commStream_t streams[COMM_PLAN_MAX_STREAMS]; /* may name several) */
   const void* devScalar; /* device plans: a PREMULSUM scalar in device memory, read by the kernel */
   commChannelProgress progress[COMM_MAX_CHANNELS];
   int done;
-  int progressed;       /* set by each progress call that moved something */
-  int waitChannel;      /* where the last wait stood, for timeout messages */
+  int progressed;  /* set by each progress call that moved something */
+  int waitChannel; /* where the last wait stood, for timeout messages */
   int waitPeer;
   int waitIsSend;
   int64_t lastProgressNs;

@@ -17,22 +17,28 @@
 #include "schedule.h"
 
 typedef struct {
-  uint8_t prim;       /* commPrim_t */
-  uint8_t flags;      /* COMM_STEP_* */
+  uint8_t prim;  /* commPrim_t */
+  uint8_t flags; /* COMM_STEP_* */
   uint16_t pad;
-  int32_t sendConn;   /* index into the plan's connections, -1: none */
+  int32_t sendConn; /* index into the plan's connections, -1: none */
   int32_t recvConn;
-  int32_t sendPeer;   /* ranks, for error reports */
+  int32_t sendPeer; /* ranks, for error reports */
   int32_t recvPeer;
   uint32_t pad2;
-  uint64_t src, dst;  /* device addresses */
+  uint64_t src, dst;         /* device addresses */
   uint64_t count, recvCount; /* elements */
 } commDevStep;
 
 /* What a kernel reports when it gives up (pinned host memory, read by commGetAsyncError). */
-enum { COMM_DEV_OK = 0, COMM_DEV_ABORTED = 1, COMM_DEV_TIMEOUT = 2, COMM_DEV_SIZE_MISMATCH = 3, COMM_DEV_NET_FAILED = 4 };
+enum {
+  COMM_DEV_OK = 0,
+  COMM_DEV_ABORTED = 1,
+  COMM_DEV_TIMEOUT = 2,
+  COMM_DEV_SIZE_MISMATCH = 3,
+  COMM_DEV_NET_FAILED = 4
+};
 typedef struct {
-  int32_t code;       /* COMM_DEV_* of the first failure */
+  int32_t code; /* COMM_DEV_* of the first failure */
   int32_t channel, peer, isSend;
   uint64_t opCount;
   uint64_t got, expected; /* bytes (size mismatch) */
@@ -41,14 +47,14 @@ typedef struct {
 /* COMM_DEV_TRACE: end times of channel 0's first phases (a step, or steps run as a batch, chain or fold) */
 #define COMM_DEV_TRACE_STEPS 32
 #define COMM_DEV_INLINE_BYTES 2048 /* most plan bytes carried in the kernel's parameters */
-#define COMM_DEV_INLINE_SMALL 512   /* a kernel variant with less to copy per launch, for small plans */
+#define COMM_DEV_INLINE_SMALL 512  /* a kernel variant with less to copy per launch, for small plans */
 #define COMM_DEV_THREADS 512       /* threads per channel (block) */
 #define COMM_DEV_THREADS_SMALL 128 /* for plans whose steps move little: fewer threads to synchronise */
 #define COMM_DEV_SMALL_STEP_BYTES (64 << 10)
 #define COMM_DEV_SMEM_PLAN_MAX (32 << 10) /* most shared memory a block's copy of its plan takes */
 
 typedef struct {
-  uint64_t planAddr;  /* device-visible address of conns then steps; 0: in the parameters' inline area */
+  uint64_t planAddr; /* device-visible address of conns then steps; 0: in the parameters' inline area */
   int32_t nChannels, nConns;
   int32_t stepBegin[COMM_MAX_CHANNELS + 1]; /* channel c runs steps [stepBegin[c], stepBegin[c+1]) */
   int32_t dtype, redopKind;
@@ -68,12 +74,12 @@ typedef struct {
   uint32_t* proxyBusy;         /* plans with net connections: block c sets word c (mapped host memory) while
                                 * it runs, so the proxy thread moves their FIFOs (NULL: no net connection) */
   uint64_t opCount;
-  uint32_t smemPlanBytes;      /* each block copies the connections and its channel's steps into this much
+  uint32_t smemPlanBytes; /* each block copies the connections and its channel's steps into this much
                                 * dynamic shared memory first (0: it reads them in place; COMM_DEV_SMEM_PLAN) */
-  uint32_t earlyLaunch;        /* programmatic dependent launch (COMM_DEV_PDL): a one-channel kernel lets the
+  uint32_t earlyLaunch;   /* programmatic dependent launch (COMM_DEV_PDL): a one-channel kernel lets the
                                 * next kernel of its stream launch once it runs; every kernel waits for the
                                 * one before it to complete before its first global memory access */
-  uint32_t* doneBlocks;        /* device memory: every block adds 1 once all its stores are done (NULL when
+  uint32_t* doneBlocks;   /* device memory: every block adds 1 once all its stores are done (NULL when
                                 * captured in a graph); a call on another stream waits for the sum the host
                                 * expects (cuStreamWaitValue32), so no call records an event (exec_dev_stream.c) */
 } commDevPlanHdr;
@@ -96,9 +102,9 @@ int commDevLaunch(const commDevArgs* args, size_t inlineBytes, int threads, void
 /* src/exec/cuda/exec_kernel.cu: load the kernel's variants into the current context and say what bounds
  * the blocks resident at once on its GPU (cudaError_t). */
 typedef struct {
-  int smCount;          /* SMs of the current GPU */
-  int blocksPerSm;      /* blocks of COMM_DEV_THREADS threads one SM holds at once */
-  int blocksPerSmSmall; /* the same with COMM_DEV_THREADS_SMALL threads */
+  int smCount;             /* SMs of the current GPU */
+  int blocksPerSm;         /* blocks of COMM_DEV_THREADS threads one SM holds at once */
+  int blocksPerSmSmall;    /* the same with COMM_DEV_THREADS_SMALL threads */
   int numRegs, localBytes; /* per thread */
 } commDevKernelInfo;
 int commDevLoadKernels(commDevKernelInfo* info);

@@ -14,7 +14,10 @@ static commResult_t noExecutor(const char* what) {
 }
 
 int commDevAvailable(void) { return 0; }
-commResult_t commDevEnsure(struct commComm* comm) { (void)comm; return noExecutor("commDevEnsure"); }
+commResult_t commDevEnsure(struct commComm* comm) {
+  (void)comm;
+  return noExecutor("commDevEnsure");
+}
 commResult_t commDevRunPlans(struct commComm* comm, struct commPlan** plans, int nPlans) {
   (void)comm, (void)plans, (void)nPlans;
   return noExecutor("commDevRunPlans");
@@ -28,8 +31,14 @@ commResult_t commDevRunCached(struct commComm* comm, const commDevCall* t, int* 
   *launched = 0;
   return commSuccess;
 }
-commResult_t commDevPollError(struct commComm* comm) { (void)comm; return commSuccess; }
-commResult_t commDevSync(struct commComm* comm) { (void)comm; return commSuccess; }
+commResult_t commDevPollError(struct commComm* comm) {
+  (void)comm;
+  return commSuccess;
+}
+commResult_t commDevSync(struct commComm* comm) {
+  (void)comm;
+  return commSuccess;
+}
 void commDevAbort(struct commComm* comm) { (void)comm; }
 void commDevFree(struct commComm* comm) { (void)comm; }
 #else

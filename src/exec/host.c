@@ -76,8 +76,8 @@ static inline void recvRelease(commConn* c) {
 }
 
 static commResult_t missingConn(commPlan* plan, int channel, int peer, int isSend) {
-  WARN("rank %d: %s opCount %llu: no connection %s rank %d on channel %d", plan->comm->rank,
-       commFuncName(plan->func), (unsigned long long)plan->opCount, isSend ? "to" : "from", peer, channel);
+  WARN("rank %d: %s opCount %llu: no connection %s rank %d on channel %d", plan->comm->rank, commFuncName(plan->func),
+       (unsigned long long)plan->opCount, isSend ? "to" : "from", peer, channel);
   return commInternalError;
 }
 
@@ -251,8 +251,7 @@ static commResult_t stepSendRecv(commPlan* plan, int c, const commStep* st, comm
 }
 
 /* Advance one step as far as possible. *finished = 1 when the step is complete. */
-static commResult_t stepProgress(commPlan* plan, int c, const commStep* st, commChannelProgress* pr,
-                                 int* finished) {
+static commResult_t stepProgress(commPlan* plan, int c, const commStep* st, commChannelProgress* pr, int* finished) {
   commComm* comm = plan->comm;
   commChannel* ch = &comm->channels[c];
   commConn* sc = st->sendPeer >= 0 ? ch->send[st->sendPeer] : NULL;
@@ -323,8 +322,7 @@ static commResult_t checkStalled(commPlan* plan) {
     if (comm->timeoutMs >= 0 && now - plan->lastProgressNs > comm->timeoutMs * 1000000LL) {
       WARN("rank %d: %s timed out: no progress for %lld ms (COMM_TIMEOUT_MS) while %s rank %d on channel %d",
            comm->rank, opDesc(plan, desc, sizeof(desc)), (long long)comm->timeoutMs,
-           plan->waitIsSend ? "waiting for FIFO space to" : "waiting for data from", plan->waitPeer,
-           plan->waitChannel);
+           plan->waitIsSend ? "waiting for FIFO space to" : "waiting for data from", plan->waitPeer, plan->waitChannel);
       return commTimeout;
     }
   }

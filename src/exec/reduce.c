@@ -67,32 +67,32 @@ uint8_t commFloatToFp8e5m2(float f) { return floatToE5m2(f); }
 /* Element operations                                                                                    */
 /* ---------------------------------------------------------------------------------------------------- */
 
-typedef void (*redFn_t)(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n,
-                        int pre, int post);
+typedef void (*redFn_t)(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre,
+                        int post);
 typedef void (*copyFn_t)(const commRedOpArgs* args, void* dst, const void* src, size_t n);
 
 /* dst[i] = EXPR(x = a[i], y = b[i]) */
-#define LOOP2(T, EXPR)                                                                             \
-  do {                                                                                             \
-    T* d_ = (T*)dst;                                                                               \
-    const T* a_ = (const T*)a;                                                                     \
-    const T* b_ = (const T*)b;                                                                     \
-    for (size_t i_ = 0; i_ < n; i_++) {                                                            \
-      T x = a_[i_];                                                                                \
-      T y = b_[i_];                                                                                \
-      d_[i_] = (EXPR);                                                                             \
-    }                                                                                              \
+#define LOOP2(T, EXPR)                  \
+  do {                                  \
+    T* d_ = (T*)dst;                    \
+    const T* a_ = (const T*)a;          \
+    const T* b_ = (const T*)b;          \
+    for (size_t i_ = 0; i_ < n; i_++) { \
+      T x = a_[i_];                     \
+      T y = b_[i_];                     \
+      d_[i_] = (EXPR);                  \
+    }                                   \
   } while (0)
 
 /* dst[i] = EXPR(x = src[i]) */
-#define LOOP1(T, EXPR)                                                                             \
-  do {                                                                                             \
-    T* d_ = (T*)dst;                                                                               \
-    const T* s_ = (const T*)src;                                                                   \
-    for (size_t i_ = 0; i_ < n; i_++) {                                                            \
-      T x = s_[i_];                                                                                \
-      d_[i_] = (EXPR);                                                                             \
-    }                                                                                              \
+#define LOOP1(T, EXPR)                  \
+  do {                                  \
+    T* d_ = (T*)dst;                    \
+    const T* s_ = (const T*)src;        \
+    for (size_t i_ = 0; i_ < n; i_++) { \
+      T x = s_[i_];                     \
+      d_[i_] = (EXPR);                  \
+    }                                   \
   } while (0)
 
 /* The scalar of PREMULSUM, in the datatype's storage width. */
@@ -103,61 +103,69 @@ typedef void (*copyFn_t)(const commRedOpArgs* args, void* dst, const void* src, 
 /* ---------------------------------------------------------------------------------------------------- */
 
 /* U: the unsigned type of the same width as T (arithmetic wraps there). */
-#define DEF_INT_COMMON(TN, T, U)                                                                   \
-  static void red_##TN##_sum(const commRedOpArgs* args, void* dst, const void* a, const void* b,   \
-                             size_t n, int pre, int post) {                                        \
-    (void)args; (void)pre; (void)post;                                                             \
-    LOOP2(T, (T)(U)((U)x + (U)y));                                                                 \
-  }                                                                                                \
-  static void red_##TN##_prod(const commRedOpArgs* args, void* dst, const void* a, const void* b,  \
-                              size_t n, int pre, int post) {                                       \
-    (void)args; (void)pre; (void)post;                                                             \
-    LOOP2(T, (T)(U)((U)x * (U)y));                                                                 \
-  }                                                                                                \
-  static void red_##TN##_max(const commRedOpArgs* args, void* dst, const void* a, const void* b,   \
-                             size_t n, int pre, int post) {                                        \
-    (void)args; (void)pre; (void)post;                                                             \
-    LOOP2(T, x > y ? x : y);                                                                       \
-  }                                                                                                \
-  static void red_##TN##_min(const commRedOpArgs* args, void* dst, const void* a, const void* b,   \
-                             size_t n, int pre, int post) {                                        \
-    (void)args; (void)pre; (void)post;                                                             \
-    LOOP2(T, x < y ? x : y);                                                                       \
-  }                                                                                                \
-  static void red_##TN##_premulsum(const commRedOpArgs* args, void* dst, const void* a,            \
-                                   const void* b, size_t n, int pre, int post) {                   \
-    (void)post;                                                                                    \
-    if (!pre) {                                                                                    \
-      LOOP2(T, (T)(U)((U)x + (U)y));                                                               \
-    } else {                                                                                       \
-      U s = SCALAR_BITS(U);                                                                        \
-      LOOP2(T, (T)(U)((U)x + (U)(s * (U)y)));                                                      \
-    }                                                                                              \
-  }                                                                                                \
-  static void copy_##TN##_premul(const commRedOpArgs* args, void* dst, const void* src, size_t n) { \
-    U s = SCALAR_BITS(U);                                                                          \
-    LOOP1(T, (T)(U)(s * (U)x));                                                                    \
+#define DEF_INT_COMMON(TN, T, U)                                                                                     \
+  static void red_##TN##_sum(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre,  \
+                             int post) {                                                                             \
+    (void)args;                                                                                                      \
+    (void)pre;                                                                                                       \
+    (void)post;                                                                                                      \
+    LOOP2(T, (T)(U)((U)x + (U)y));                                                                                   \
+  }                                                                                                                  \
+  static void red_##TN##_prod(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre, \
+                              int post) {                                                                            \
+    (void)args;                                                                                                      \
+    (void)pre;                                                                                                       \
+    (void)post;                                                                                                      \
+    LOOP2(T, (T)(U)((U)x * (U)y));                                                                                   \
+  }                                                                                                                  \
+  static void red_##TN##_max(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre,  \
+                             int post) {                                                                             \
+    (void)args;                                                                                                      \
+    (void)pre;                                                                                                       \
+    (void)post;                                                                                                      \
+    LOOP2(T, x > y ? x : y);                                                                                         \
+  }                                                                                                                  \
+  static void red_##TN##_min(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre,  \
+                             int post) {                                                                             \
+    (void)args;                                                                                                      \
+    (void)pre;                                                                                                       \
+    (void)post;                                                                                                      \
+    LOOP2(T, x < y ? x : y);                                                                                         \
+  }                                                                                                                  \
+  static void red_##TN##_premulsum(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n,     \
+                                   int pre, int post) {                                                              \
+    (void)post;                                                                                                      \
+    if (!pre) {                                                                                                      \
+      LOOP2(T, (T)(U)((U)x + (U)y));                                                                                 \
+    } else {                                                                                                         \
+      U s = SCALAR_BITS(U);                                                                                          \
+      LOOP2(T, (T)(U)((U)x + (U)(s * (U)y)));                                                                        \
+    }                                                                                                                \
+  }                                                                                                                  \
+  static void copy_##TN##_premul(const commRedOpArgs* args, void* dst, const void* src, size_t n) {                  \
+    U s = SCALAR_BITS(U);                                                                                            \
+    LOOP1(T, (T)(U)(s * (U)x));                                                                                      \
   }
 
 /* 8- and 32-bit integers divide in floating point (FT: float for 8-bit, double for 32-bit): for |v| below
  * 2^24 (float) or 2^53 (double) the rounding error of v / d is smaller than the distance 1/d from a
  * non-integer quotient to the next integer, so truncating gives exactly C's integer quotient, and the
  * loop can vectorise (x86 has no vector integer division). IT: an integer type holding every quotient. */
-#define DEF_INT_SMALL(TN, T, U, FT, IT)                                                            \
-  DEF_INT_COMMON(TN, T, U)                                                                         \
-  static void red_##TN##_sumpostdiv(const commRedOpArgs* args, void* dst, const void* a,           \
-                                    const void* b, size_t n, int pre, int post) {                  \
-    (void)pre;                                                                                     \
-    if (!post || args->divisor == 0) {                                                             \
-      LOOP2(T, (T)(U)((U)x + (U)y));                                                               \
-    } else {                                                                                       \
-      FT dd = (FT)args->divisor;                                                                   \
-      LOOP2(T, (T)(IT)((FT)(T)(U)((U)x + (U)y) / dd));                                             \
-    }                                                                                              \
-  }                                                                                                \
-  static void copy_##TN##_postdiv(const commRedOpArgs* args, void* dst, const void* src, size_t n) { \
-    FT dd = (FT)(args->divisor ? args->divisor : 1);                                               \
-    LOOP1(T, (T)(IT)((FT)x / dd));                                                                 \
+#define DEF_INT_SMALL(TN, T, U, FT, IT)                                                                           \
+  DEF_INT_COMMON(TN, T, U)                                                                                        \
+  static void red_##TN##_sumpostdiv(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, \
+                                    int pre, int post) {                                                          \
+    (void)pre;                                                                                                    \
+    if (!post || args->divisor == 0) {                                                                            \
+      LOOP2(T, (T)(U)((U)x + (U)y));                                                                              \
+    } else {                                                                                                      \
+      FT dd = (FT)args->divisor;                                                                                  \
+      LOOP2(T, (T)(IT)((FT)(T)(U)((U)x + (U)y) / dd));                                                            \
+    }                                                                                                             \
+  }                                                                                                               \
+  static void copy_##TN##_postdiv(const commRedOpArgs* args, void* dst, const void* src, size_t n) {              \
+    FT dd = (FT)(args->divisor ? args->divisor : 1);                                                              \
+    LOOP1(T, (T)(IT)((FT)x / dd));                                                                                \
   }
 
 DEF_INT_SMALL(int8, int8_t, uint8_t, float, int32_t)
@@ -173,8 +181,8 @@ static inline int64_t divI64(int64_t v, uint64_t d) {
   return (v == INT64_MIN && d == (uint64_t)INT64_MAX + 1) ? -1 : 0;
 }
 
-static void red_int64_sumpostdiv(const commRedOpArgs* args, void* dst, const void* a, const void* b,
-                                 size_t n, int pre, int post) {
+static void red_int64_sumpostdiv(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre,
+                                 int post) {
   (void)pre;
   uint64_t d = args->divisor;
   if (!post || d == 0) {
@@ -190,8 +198,8 @@ static void copy_int64_postdiv(const commRedOpArgs* args, void* dst, const void*
   uint64_t d = args->divisor ? args->divisor : 1;
   LOOP1(int64_t, divI64(x, d));
 }
-static void red_uint64_sumpostdiv(const commRedOpArgs* args, void* dst, const void* a, const void* b,
-                                  size_t n, int pre, int post) {
+static void red_uint64_sumpostdiv(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre,
+                                  int post) {
   (void)pre;
   uint64_t d = args->divisor;
   if (!post || d == 0) {
@@ -213,62 +221,70 @@ static void copy_uint64_postdiv(const commRedOpArgs* args, void* dst, const void
 
 /* PREMULSUM with pre goes through a block of s*b in a stack array, so that no compiler setting can
  * contract s*b + a into an FMA: the product is rounded to the type first, as in commCopy. */
-#define DEF_FLOAT(TN, T, LOADS, MAXF, MINF)                                                        \
-  static void red_##TN##_sum(const commRedOpArgs* args, void* dst, const void* a, const void* b,   \
-                             size_t n, int pre, int post) {                                        \
-    (void)args; (void)pre; (void)post;                                                             \
-    LOOP2(T, x + y);                                                                               \
-  }                                                                                                \
-  static void red_##TN##_prod(const commRedOpArgs* args, void* dst, const void* a, const void* b,  \
-                              size_t n, int pre, int post) {                                       \
-    (void)args; (void)pre; (void)post;                                                             \
-    LOOP2(T, x * y);                                                                               \
-  }                                                                                                \
-  static void red_##TN##_max(const commRedOpArgs* args, void* dst, const void* a, const void* b,   \
-                             size_t n, int pre, int post) {                                        \
-    (void)args; (void)pre; (void)post;                                                             \
-    LOOP2(T, MAXF(x, y));                                                                          \
-  }                                                                                                \
-  static void red_##TN##_min(const commRedOpArgs* args, void* dst, const void* a, const void* b,   \
-                             size_t n, int pre, int post) {                                        \
-    (void)args; (void)pre; (void)post;                                                             \
-    LOOP2(T, MINF(x, y));                                                                          \
-  }                                                                                                \
-  static void red_##TN##_premulsum(const commRedOpArgs* args, void* dst, const void* a,            \
-                                   const void* b, size_t n, int pre, int post) {                   \
-    (void)post;                                                                                    \
-    if (!pre) {                                                                                    \
-      LOOP2(T, x + y);                                                                             \
-      return;                                                                                      \
-    }                                                                                              \
-    T s = LOADS(args->scalarBits);                                                                 \
-    const T* pa = (const T*)a;                                                                     \
-    const T* pb = (const T*)b;                                                                     \
-    T* pd = (T*)dst;                                                                               \
-    T t[NATIVE_BLOCK];                                                                             \
-    for (size_t o = 0; o < n; o += NATIVE_BLOCK) {                                                 \
-      size_t m = n - o < NATIVE_BLOCK ? n - o : NATIVE_BLOCK;                                      \
-      for (size_t i = 0; i < m; i++) t[i] = s * pb[o + i];                                         \
-      for (size_t i = 0; i < m; i++) pd[o + i] = pa[o + i] + t[i];                                 \
-    }                                                                                              \
-  }                                                                                                \
-  static void red_##TN##_sumpostdiv(const commRedOpArgs* args, void* dst, const void* a,           \
-                                    const void* b, size_t n, int pre, int post) {                  \
-    (void)pre;                                                                                     \
-    if (!post || args->divisor == 0) {                                                             \
-      LOOP2(T, x + y);                                                                             \
-    } else {                                                                                       \
-      T dv = (T)args->divisor;                                                                     \
-      LOOP2(T, (x + y) / dv);                                                                      \
-    }                                                                                              \
-  }                                                                                                \
-  static void copy_##TN##_premul(const commRedOpArgs* args, void* dst, const void* src, size_t n) { \
-    T s = LOADS(args->scalarBits);                                                                 \
-    LOOP1(T, s * x);                                                                               \
-  }                                                                                                \
-  static void copy_##TN##_postdiv(const commRedOpArgs* args, void* dst, const void* src, size_t n) { \
-    T dv = (T)(args->divisor ? args->divisor : 1);                                                 \
-    LOOP1(T, x / dv);                                                                              \
+#define DEF_FLOAT(TN, T, LOADS, MAXF, MINF)                                                                          \
+  static void red_##TN##_sum(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre,  \
+                             int post) {                                                                             \
+    (void)args;                                                                                                      \
+    (void)pre;                                                                                                       \
+    (void)post;                                                                                                      \
+    LOOP2(T, x + y);                                                                                                 \
+  }                                                                                                                  \
+  static void red_##TN##_prod(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre, \
+                              int post) {                                                                            \
+    (void)args;                                                                                                      \
+    (void)pre;                                                                                                       \
+    (void)post;                                                                                                      \
+    LOOP2(T, x* y);                                                                                                  \
+  }                                                                                                                  \
+  static void red_##TN##_max(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre,  \
+                             int post) {                                                                             \
+    (void)args;                                                                                                      \
+    (void)pre;                                                                                                       \
+    (void)post;                                                                                                      \
+    LOOP2(T, MAXF(x, y));                                                                                            \
+  }                                                                                                                  \
+  static void red_##TN##_min(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre,  \
+                             int post) {                                                                             \
+    (void)args;                                                                                                      \
+    (void)pre;                                                                                                       \
+    (void)post;                                                                                                      \
+    LOOP2(T, MINF(x, y));                                                                                            \
+  }                                                                                                                  \
+  static void red_##TN##_premulsum(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n,     \
+                                   int pre, int post) {                                                              \
+    (void)post;                                                                                                      \
+    if (!pre) {                                                                                                      \
+      LOOP2(T, x + y);                                                                                               \
+      return;                                                                                                        \
+    }                                                                                                                \
+    T s = LOADS(args->scalarBits);                                                                                   \
+    const T* pa = (const T*)a;                                                                                       \
+    const T* pb = (const T*)b;                                                                                       \
+    T* pd = (T*)dst;                                                                                                 \
+    T t[NATIVE_BLOCK];                                                                                               \
+    for (size_t o = 0; o < n; o += NATIVE_BLOCK) {                                                                   \
+      size_t m = n - o < NATIVE_BLOCK ? n - o : NATIVE_BLOCK;                                                        \
+      for (size_t i = 0; i < m; i++) t[i] = s * pb[o + i];                                                           \
+      for (size_t i = 0; i < m; i++) pd[o + i] = pa[o + i] + t[i];                                                   \
+    }                                                                                                                \
+  }                                                                                                                  \
+  static void red_##TN##_sumpostdiv(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n,    \
+                                    int pre, int post) {                                                             \
+    (void)pre;                                                                                                       \
+    if (!post || args->divisor == 0) {                                                                               \
+      LOOP2(T, x + y);                                                                                               \
+    } else {                                                                                                         \
+      T dv = (T)args->divisor;                                                                                       \
+      LOOP2(T, (x + y) / dv);                                                                                        \
+    }                                                                                                                \
+  }                                                                                                                  \
+  static void copy_##TN##_premul(const commRedOpArgs* args, void* dst, const void* src, size_t n) {                  \
+    T s = LOADS(args->scalarBits);                                                                                   \
+    LOOP1(T, s* x);                                                                                                  \
+  }                                                                                                                  \
+  static void copy_##TN##_postdiv(const commRedOpArgs* args, void* dst, const void* src, size_t n) {                 \
+    T dv = (T)(args->divisor ? args->divisor : 1);                                                                   \
+    LOOP1(T, x / dv);                                                                                                \
   }
 
 static inline float loadF32(uint64_t bits) { return u2f((uint32_t)bits); }
@@ -284,92 +300,99 @@ DEF_FLOAT(float64, double, loadF64, maxF64, minF64)
 #define LP_BLOCK 512
 
 /* For each block: fa = decode(a), fb = decode(b), PREP (may rewrite fb), dst = encode(EXPR(x, y)). */
-#define LP_LOOP2(ST, DEC, ENC, PREP, EXPR)                                                         \
-  do {                                                                                             \
-    const ST* pa_ = (const ST*)a;                                                                  \
-    const ST* pb_ = (const ST*)b;                                                                  \
-    ST* pd_ = (ST*)dst;                                                                            \
-    float fa_[LP_BLOCK], fb_[LP_BLOCK];                                                            \
-    for (size_t o_ = 0; o_ < n; o_ += LP_BLOCK) {                                                  \
-      size_t m_ = n - o_ < LP_BLOCK ? n - o_ : LP_BLOCK;                                           \
-      for (size_t i_ = 0; i_ < m_; i_++) fa_[i_] = DEC(pa_[o_ + i_]);                              \
-      for (size_t i_ = 0; i_ < m_; i_++) fb_[i_] = DEC(pb_[o_ + i_]);                              \
-      PREP;                                                                                        \
-      for (size_t i_ = 0; i_ < m_; i_++) {                                                         \
-        float x = fa_[i_];                                                                         \
-        float y = fb_[i_];                                                                         \
-        pd_[o_ + i_] = ENC(EXPR);                                                                  \
-      }                                                                                            \
-    }                                                                                              \
+#define LP_LOOP2(ST, DEC, ENC, PREP, EXPR)                            \
+  do {                                                                \
+    const ST* pa_ = (const ST*)a;                                     \
+    const ST* pb_ = (const ST*)b;                                     \
+    ST* pd_ = (ST*)dst;                                               \
+    float fa_[LP_BLOCK], fb_[LP_BLOCK];                               \
+    for (size_t o_ = 0; o_ < n; o_ += LP_BLOCK) {                     \
+      size_t m_ = n - o_ < LP_BLOCK ? n - o_ : LP_BLOCK;              \
+      for (size_t i_ = 0; i_ < m_; i_++) fa_[i_] = DEC(pa_[o_ + i_]); \
+      for (size_t i_ = 0; i_ < m_; i_++) fb_[i_] = DEC(pb_[o_ + i_]); \
+      PREP;                                                           \
+      for (size_t i_ = 0; i_ < m_; i_++) {                            \
+        float x = fa_[i_];                                            \
+        float y = fb_[i_];                                            \
+        pd_[o_ + i_] = ENC(EXPR);                                     \
+      }                                                               \
+    }                                                                 \
   } while (0)
 
 /* For each block: fa = decode(src), dst = encode(EXPR(x)). */
-#define LP_LOOP1(ST, DEC, ENC, EXPR)                                                               \
-  do {                                                                                             \
-    const ST* ps_ = (const ST*)src;                                                                \
-    ST* pd_ = (ST*)dst;                                                                            \
-    float fa_[LP_BLOCK];                                                                           \
-    for (size_t o_ = 0; o_ < n; o_ += LP_BLOCK) {                                                  \
-      size_t m_ = n - o_ < LP_BLOCK ? n - o_ : LP_BLOCK;                                           \
-      for (size_t i_ = 0; i_ < m_; i_++) fa_[i_] = DEC(ps_[o_ + i_]);                              \
-      for (size_t i_ = 0; i_ < m_; i_++) {                                                         \
-        float x = fa_[i_];                                                                         \
-        pd_[o_ + i_] = ENC(EXPR);                                                                  \
-      }                                                                                            \
-    }                                                                                              \
+#define LP_LOOP1(ST, DEC, ENC, EXPR)                                  \
+  do {                                                                \
+    const ST* ps_ = (const ST*)src;                                   \
+    ST* pd_ = (ST*)dst;                                               \
+    float fa_[LP_BLOCK];                                              \
+    for (size_t o_ = 0; o_ < n; o_ += LP_BLOCK) {                     \
+      size_t m_ = n - o_ < LP_BLOCK ? n - o_ : LP_BLOCK;              \
+      for (size_t i_ = 0; i_ < m_; i_++) fa_[i_] = DEC(ps_[o_ + i_]); \
+      for (size_t i_ = 0; i_ < m_; i_++) {                            \
+        float x = fa_[i_];                                            \
+        pd_[o_ + i_] = ENC(EXPR);                                     \
+      }                                                               \
+    }                                                                 \
   } while (0)
 
 #define NOPREP ((void)0)
 
-#define DEF_LP(TN, ST, DEC, ENC)                                                                   \
-  static void red_##TN##_sum(const commRedOpArgs* args, void* dst, const void* a, const void* b,   \
-                             size_t n, int pre, int post) {                                        \
-    (void)args; (void)pre; (void)post;                                                             \
-    LP_LOOP2(ST, DEC, ENC, NOPREP, x + y);                                                         \
-  }                                                                                                \
-  static void red_##TN##_prod(const commRedOpArgs* args, void* dst, const void* a, const void* b,  \
-                              size_t n, int pre, int post) {                                       \
-    (void)args; (void)pre; (void)post;                                                             \
-    LP_LOOP2(ST, DEC, ENC, NOPREP, x * y);                                                         \
-  }                                                                                                \
-  static void red_##TN##_max(const commRedOpArgs* args, void* dst, const void* a, const void* b,   \
-                             size_t n, int pre, int post) {                                        \
-    (void)args; (void)pre; (void)post;                                                             \
-    LP_LOOP2(ST, DEC, ENC, NOPREP, maxF32(x, y));                                                  \
-  }                                                                                                \
-  static void red_##TN##_min(const commRedOpArgs* args, void* dst, const void* a, const void* b,   \
-                             size_t n, int pre, int post) {                                        \
-    (void)args; (void)pre; (void)post;                                                             \
-    LP_LOOP2(ST, DEC, ENC, NOPREP, minF32(x, y));                                                  \
-  }                                                                                                \
-  static void red_##TN##_premulsum(const commRedOpArgs* args, void* dst, const void* a,            \
-                                   const void* b, size_t n, int pre, int post) {                   \
-    (void)post;                                                                                    \
-    if (!pre) {                                                                                    \
-      LP_LOOP2(ST, DEC, ENC, NOPREP, x + y);                                                       \
-    } else {                                                                                       \
-      float s = DEC(SCALAR_BITS(ST));                                                              \
-      LP_LOOP2(ST, DEC, ENC,                                                                       \
-               for (size_t j_ = 0; j_ < m_; j_++) fb_[j_] = DEC(ENC(s * fb_[j_])), x + y);         \
-    }                                                                                              \
-  }                                                                                                \
-  static void red_##TN##_sumpostdiv(const commRedOpArgs* args, void* dst, const void* a,           \
-                                    const void* b, size_t n, int pre, int post) {                  \
-    (void)pre;                                                                                     \
-    if (!post || args->divisor == 0) {                                                             \
-      LP_LOOP2(ST, DEC, ENC, NOPREP, x + y);                                                       \
-    } else {                                                                                       \
-      float dv = (float)args->divisor;                                                             \
-      LP_LOOP2(ST, DEC, ENC, NOPREP, DEC(ENC(x + y)) / dv);                                        \
-    }                                                                                              \
-  }                                                                                                \
-  static void copy_##TN##_premul(const commRedOpArgs* args, void* dst, const void* src, size_t n) { \
-    float s = DEC(SCALAR_BITS(ST));                                                                \
-    LP_LOOP1(ST, DEC, ENC, s * x);                                                                 \
-  }                                                                                                \
-  static void copy_##TN##_postdiv(const commRedOpArgs* args, void* dst, const void* src, size_t n) { \
-    float dv = (float)(args->divisor ? args->divisor : 1);                                         \
-    LP_LOOP1(ST, DEC, ENC, x / dv);                                                                \
+#define DEF_LP(TN, ST, DEC, ENC)                                                                                     \
+  static void red_##TN##_sum(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre,  \
+                             int post) {                                                                             \
+    (void)args;                                                                                                      \
+    (void)pre;                                                                                                       \
+    (void)post;                                                                                                      \
+    LP_LOOP2(ST, DEC, ENC, NOPREP, x + y);                                                                           \
+  }                                                                                                                  \
+  static void red_##TN##_prod(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre, \
+                              int post) {                                                                            \
+    (void)args;                                                                                                      \
+    (void)pre;                                                                                                       \
+    (void)post;                                                                                                      \
+    LP_LOOP2(ST, DEC, ENC, NOPREP, x* y);                                                                            \
+  }                                                                                                                  \
+  static void red_##TN##_max(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre,  \
+                             int post) {                                                                             \
+    (void)args;                                                                                                      \
+    (void)pre;                                                                                                       \
+    (void)post;                                                                                                      \
+    LP_LOOP2(ST, DEC, ENC, NOPREP, maxF32(x, y));                                                                    \
+  }                                                                                                                  \
+  static void red_##TN##_min(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre,  \
+                             int post) {                                                                             \
+    (void)args;                                                                                                      \
+    (void)pre;                                                                                                       \
+    (void)post;                                                                                                      \
+    LP_LOOP2(ST, DEC, ENC, NOPREP, minF32(x, y));                                                                    \
+  }                                                                                                                  \
+  static void red_##TN##_premulsum(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n,     \
+                                   int pre, int post) {                                                              \
+    (void)post;                                                                                                      \
+    if (!pre) {                                                                                                      \
+      LP_LOOP2(ST, DEC, ENC, NOPREP, x + y);                                                                         \
+    } else {                                                                                                         \
+      float s = DEC(SCALAR_BITS(ST));                                                                                \
+      LP_LOOP2(ST, DEC, ENC, for (size_t j_ = 0; j_ < m_; j_++) fb_[j_] = DEC(ENC(s * fb_[j_])), x + y);             \
+    }                                                                                                                \
+  }                                                                                                                  \
+  static void red_##TN##_sumpostdiv(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n,    \
+                                    int pre, int post) {                                                             \
+    (void)pre;                                                                                                       \
+    if (!post || args->divisor == 0) {                                                                               \
+      LP_LOOP2(ST, DEC, ENC, NOPREP, x + y);                                                                         \
+    } else {                                                                                                         \
+      float dv = (float)args->divisor;                                                                               \
+      LP_LOOP2(ST, DEC, ENC, NOPREP, DEC(ENC(x + y)) / dv);                                                          \
+    }                                                                                                                \
+  }                                                                                                                  \
+  static void copy_##TN##_premul(const commRedOpArgs* args, void* dst, const void* src, size_t n) {                  \
+    float s = DEC(SCALAR_BITS(ST));                                                                                  \
+    LP_LOOP1(ST, DEC, ENC, s* x);                                                                                    \
+  }                                                                                                                  \
+  static void copy_##TN##_postdiv(const commRedOpArgs* args, void* dst, const void* src, size_t n) {                 \
+    float dv = (float)(args->divisor ? args->divisor : 1);                                                           \
+    LP_LOOP1(ST, DEC, ENC, x / dv);                                                                                  \
   }
 
 DEF_LP(float16, uint16_t, halfToFloat, floatToHalf)
@@ -381,22 +404,21 @@ DEF_LP(float8e5m2, uint8_t, e5m2ToFloat, floatToE5m2)
 /* Dispatch tables (indexed by commDataType_t, then commRedOpKind_t)                                     */
 /* ---------------------------------------------------------------------------------------------------- */
 
-#define RED_ROW(TN)                                                                                \
+#define RED_ROW(TN) \
   { red_##TN##_sum, red_##TN##_prod, red_##TN##_max, red_##TN##_min, red_##TN##_premulsum, red_##TN##_sumpostdiv }
 
 static const redFn_t redTable[commNumTypes][COMM_NUM_REDOP_KINDS] = {
-    RED_ROW(int8),    RED_ROW(uint8),   RED_ROW(int32),    RED_ROW(uint32),
-    RED_ROW(int64),   RED_ROW(uint64),  RED_ROW(float16),  RED_ROW(float32),
-    RED_ROW(float64), RED_ROW(bfloat16), RED_ROW(float8e4m3), RED_ROW(float8e5m2)};
+    RED_ROW(int8),    RED_ROW(uint8),   RED_ROW(int32),   RED_ROW(uint32),   RED_ROW(int64),      RED_ROW(uint64),
+    RED_ROW(float16), RED_ROW(float32), RED_ROW(float64), RED_ROW(bfloat16), RED_ROW(float8e4m3), RED_ROW(float8e5m2)};
 
 static const copyFn_t copyPreTable[commNumTypes] = {
-    copy_int8_premul,    copy_uint8_premul,   copy_int32_premul,    copy_uint32_premul,
-    copy_int64_premul,   copy_uint64_premul,  copy_float16_premul,  copy_float32_premul,
+    copy_int8_premul,    copy_uint8_premul,    copy_int32_premul,      copy_uint32_premul,
+    copy_int64_premul,   copy_uint64_premul,   copy_float16_premul,    copy_float32_premul,
     copy_float64_premul, copy_bfloat16_premul, copy_float8e4m3_premul, copy_float8e5m2_premul};
 
 static const copyFn_t copyPostTable[commNumTypes] = {
-    copy_int8_postdiv,    copy_uint8_postdiv,   copy_int32_postdiv,    copy_uint32_postdiv,
-    copy_int64_postdiv,   copy_uint64_postdiv,  copy_float16_postdiv,  copy_float32_postdiv,
+    copy_int8_postdiv,    copy_uint8_postdiv,    copy_int32_postdiv,      copy_uint32_postdiv,
+    copy_int64_postdiv,   copy_uint64_postdiv,   copy_float16_postdiv,    copy_float32_postdiv,
     copy_float64_postdiv, copy_bfloat16_postdiv, copy_float8e4m3_postdiv, copy_float8e5m2_postdiv};
 
 /* ---------------------------------------------------------------------------------------------------- */
@@ -497,10 +519,30 @@ commResult_t commRedOpArgsPreMul(commDataType_t t, const void* scalar, commRedOp
   }
   uint64_t bits;
   switch (commTypeSize(t)) {
-    case 1: { uint8_t v; memcpy(&v, scalar, 1); bits = v; break; }
-    case 2: { uint16_t v; memcpy(&v, scalar, 2); bits = v; break; }
-    case 4: { uint32_t v; memcpy(&v, scalar, 4); bits = v; break; }
-    default: { uint64_t v; memcpy(&v, scalar, 8); bits = v; break; }
+    case 1: {
+      uint8_t v;
+      memcpy(&v, scalar, 1);
+      bits = v;
+      break;
+    }
+    case 2: {
+      uint16_t v;
+      memcpy(&v, scalar, 2);
+      bits = v;
+      break;
+    }
+    case 4: {
+      uint32_t v;
+      memcpy(&v, scalar, 4);
+      bits = v;
+      break;
+    }
+    default: {
+      uint64_t v;
+      memcpy(&v, scalar, 8);
+      bits = v;
+      break;
+    }
   }
   commRedOpArgs r;
   memset(&r, 0, sizeof(r));
@@ -514,8 +556,7 @@ commResult_t commRedOpArgsPreMul(commDataType_t t, const void* scalar, commRedOp
 }
 
 static int argsValid(const commRedOpArgs* args, const char* fn) {
-  if (args == NULL || !typeValid(args->dtype) || (int)args->kind < 0 ||
-      (int)args->kind >= (int)COMM_NUM_REDOP_KINDS) {
+  if (args == NULL || !typeValid(args->dtype) || (int)args->kind < 0 || (int)args->kind >= (int)COMM_NUM_REDOP_KINDS) {
     WARN("%s: invalid reduction arguments (dtype %d, kind %d)", fn, args ? (int)args->dtype : -1,
          args ? (int)args->kind : -1);
     return 0;
@@ -523,8 +564,7 @@ static int argsValid(const commRedOpArgs* args, const char* fn) {
   return 1;
 }
 
-void commReduceLocal(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n,
-                     int pre, int post) {
+void commReduceLocal(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre, int post) {
   if (n == 0) return;
   if (!argsValid(args, "commReduceLocal")) return;
   redTable[args->dtype][args->kind](args, dst, a, b, n, pre, post);

@@ -17,8 +17,7 @@ commResult_t commRedOpArgsPreMul(commDataType_t t, const void* scalar, commRedOp
 /* dst[i] = post?( a[i] OP pre?(b[i]) ). dst may alias a or b. pre applies PREMULSUM's scalar to b; post
  * applies SUMPOSTDIV's division to the result; other kinds ignore the flags.
  * (Named commReduceLocal because comm.h's public collective already owns the name commReduce.) */
-void commReduceLocal(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n,
-                     int pre, int post);
+void commReduceLocal(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre, int post);
 /* dst[i] = post?( pre?(src[i]) ). Plain memcpy when nothing applies (dst == src allowed). */
 void commCopy(const commRedOpArgs* args, void* dst, const void* src, size_t n, int pre, int post);
 

@@ -36,9 +36,9 @@ static inline COMM_HD uint32_t sel(uint32_t c, uint32_t a, uint32_t b) {
 static inline COMM_HD float halfToFloat(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t em = h & 0x7fffu;
-  uint32_t o = (em << 13) + 0x38000000u;       /* rebias exponent 15 -> 127 */
-  o = sel(em >= 0x7c00u, o + 0x38000000u, o);     /* inf/NaN: exponent 31 -> 255, payload kept */
-  float sub = (float)(int32_t)em * 0x1p-24f;   /* zero and subnormals: exact */
+  uint32_t o = (em << 13) + 0x38000000u;      /* rebias exponent 15 -> 127 */
+  o = sel(em >= 0x7c00u, o + 0x38000000u, o); /* inf/NaN: exponent 31 -> 255, payload kept */
+  float sub = (float)(int32_t)em * 0x1p-24f;  /* zero and subnormals: exact */
   o = sel(em < 0x400u, f2u(sub), o);
   return u2f(o | sign);
 }
@@ -71,10 +71,10 @@ static inline COMM_HD uint16_t floatToBf16(float f) {
 static inline COMM_HD float e4m3ToFloat(uint8_t v) {
   uint32_t sign = (uint32_t)(v & 0x80u) << 24;
   uint32_t em = v & 0x7fu;
-  uint32_t o = (em << 20) + 0x3c000000u;      /* rebias exponent 7 -> 127 */
+  uint32_t o = (em << 20) + 0x3c000000u; /* rebias exponent 7 -> 127 */
   float sub = (float)(int32_t)em * 0x1p-9f;
   o = sel(em < 8u, f2u(sub), o);
-  o = sel(em == 0x7fu, 0x7fc00000u, o);          /* the only NaN encoding; no infinities */
+  o = sel(em == 0x7fu, 0x7fc00000u, o); /* the only NaN encoding; no infinities */
   return u2f(o | sign);
 }
 
@@ -84,8 +84,8 @@ static inline COMM_HD uint8_t floatToE4m3(float f) {
   uint32_t ax = x & 0x7fffffffu;
   uint32_t norm = (ax - 0x3c000000u + 0x7ffffu + ((ax >> 20) & 1u)) >> 20;
   uint32_t sub = f2u(u2f(ax) + 16384.0f) - 0x46800000u; /* ulp(2^14) = 2^-9, the subnormal quantum */
-  uint32_t r = sel(ax < 0x3c800000u, sub, norm);          /* below 2^-6 */
-  r = sel(ax >= 0x43e00000u, 0x7eu, r);                    /* >= 448 (and inf): saturate to 448 */
+  uint32_t r = sel(ax < 0x3c800000u, sub, norm);        /* below 2^-6 */
+  r = sel(ax >= 0x43e00000u, 0x7eu, r);                 /* >= 448 (and inf): saturate to 448 */
   r = sel(ax > 0x7f800000u, 0x7fu, r);
   return (uint8_t)(r | sign);
 }
@@ -98,8 +98,8 @@ static inline COMM_HD uint8_t floatToE5m2(float f) {
   uint32_t ax = x & 0x7fffffffu;
   uint32_t norm = (ax - 0x38000000u + 0xfffffu + ((ax >> 21) & 1u)) >> 21;
   uint32_t sub = f2u(u2f(ax) + 128.0f) - 0x43000000u; /* ulp(2^7) = 2^-16 */
-  uint32_t r = sel(ax < 0x38800000u, sub, norm);          /* below 2^-14 */
-  r = sel(ax >= 0x47700000u, 0x7cu, r);                    /* >= 61440 (max + half ulp, ties up): inf */
+  uint32_t r = sel(ax < 0x38800000u, sub, norm);      /* below 2^-14 */
+  r = sel(ax >= 0x47700000u, 0x7cu, r);               /* >= 61440 (max + half ulp, ties up): inf */
   r = sel(ax > 0x7f800000u, 0x7eu, r);
   return (uint8_t)(r | sign);
 }

@@ -7,8 +7,8 @@
 #include "schedule.h"
 #include "utils.h"
 
-static const char* const funcNames[commNumFuncs] = {
-    "AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllToAll", "SendRecv"};
+static const char* const funcNames[commNumFuncs] = {"AllReduce",     "Broadcast", "Reduce",  "AllGather",
+                                                    "ReduceScatter", "AllToAll",  "SendRecv"};
 
 const char* commFuncName(commFunc_t f) {
   if ((int)f < 0 || f >= commNumFuncs) return "Unknown";
@@ -16,8 +16,8 @@ const char* commFuncName(commFunc_t f) {
 }
 
 static const char* const primNames[COMM_NUM_PRIMS] = {
-    "nop",           "send",           "recv",     "recvReduceSend",     "recvCopySend",
-    "recvReduceCopy", "recvReduceCopySend", "copySend", "copy", "sendRecv", "reduce"};
+    "nop",      "send", "recv",     "recvReduceSend", "recvCopySend", "recvReduceCopy", "recvReduceCopySend",
+    "copySend", "copy", "sendRecv", "reduce"};
 
 const char* commPrimName(commPrim_t p) {
   if ((int)p < 0 || p >= COMM_NUM_PRIMS) return "unknown";

@@ -50,13 +50,13 @@ enum { COMM_BUF_INPUT = 0, COMM_BUF_OUTPUT = 1, COMM_BUF_SCRATCH = 2, COMM_BUF_U
 #define COMM_MAX_SCHED_BUFS 4096
 
 typedef struct {
-  uint32_t buf;   /* COMM_BUF_* or COMM_BUF_USER0 + i */
-  size_t offset;  /* in elements */
+  uint32_t buf;  /* COMM_BUF_* or COMM_BUF_USER0 + i */
+  size_t offset; /* in elements */
 } commBufRef;
 
 typedef struct {
-  uint8_t prim;   /* commPrim_t */
-  uint8_t flags;  /* COMM_STEP_* */
+  uint8_t prim;     /* commPrim_t */
+  uint8_t flags;    /* COMM_STEP_* */
   int32_t sendPeer; /* rank, or -1 */
   int32_t recvPeer; /* rank, or -1 */
   commBufRef src;
@@ -74,8 +74,8 @@ typedef struct {
 typedef struct {
   int nChannels;
   commChannelSched channels[COMM_MAX_CHANNELS];
-  int nBufs;            /* buffers referenced (>= 2) */
-  size_t scratchElems;  /* elements of scratch needed */
+  int nBufs;           /* buffers referenced (>= 2) */
+  size_t scratchElems; /* elements of scratch needed */
 } commSchedule;
 
 /* A step, every field given (the generators' one constructor). */
@@ -121,10 +121,10 @@ void commSchedPrint(const commSchedule* s, int rank, void* file /* FILE* */);
 typedef struct {
   commFunc_t func;
   int rank, nRanks;
-  size_t count;     /* the API count (per-rank count for allgather/reducescatter/alltoall) */
-  size_t eltSize;   /* bytes per element */
-  int root;         /* broadcast/reduce */
-  int isReduction;  /* op is a reduction that needs PRE/POST flags */
+  size_t count;    /* the API count (per-rank count for allgather/reducescatter/alltoall) */
+  size_t eltSize;  /* bytes per element */
+  int root;        /* broadcast/reduce */
+  int isReduction; /* op is a reduction that needs PRE/POST flags */
   int nChannels;
   size_t chunkElems; /* most elements one send may carry before the receiver must drain (FIFO capacity) */
   /* Ring order per channel: ringRanks[c][i] is the rank at position i of channel c's ring (NULL: 0..n-1). */
@@ -159,8 +159,8 @@ const char* commAlgoName(int algo);
 typedef struct {
   int peer;
   int isSend;
-  size_t count;     /* elements */
-  uint32_t buf;     /* buffer index in the plan (COMM_BUF_USER0 + i) */
+  size_t count; /* elements */
+  uint32_t buf; /* buffer index in the plan (COMM_BUF_USER0 + i) */
 } commP2pOp;
 
 /* One-shot allreduce sends (n-1) copies of the data from each rank: only for small communicators. The
@@ -184,8 +184,8 @@ typedef struct {
  * output element holds exactly the right contributions (each rank's input once, nothing else) and that no
  * step reads or writes outside its buffer. Returns commSuccess, or commInternalError with a WARN naming
  * the rank, channel and step. stats may be NULL. */
-commResult_t commVerifyColl(const commCollArgs* args, commSchedBuilder_t build, size_t fifoElems,
-                            size_t pieceElems, commVerifyStats* stats);
+commResult_t commVerifyColl(const commCollArgs* args, commSchedBuilder_t build, size_t fifoElems, size_t pieceElems,
+                            commVerifyStats* stats);
 /* src/sched/verify.c: the same for grouped send/recv. ops[r][0..nOps[r]) are rank r's operations (each on
  * its own user buffer); the schedules come from `build`; the i-th recv of rank r from p must end up
  * holding exactly the data of the i-th send of p to r. */

@@ -102,14 +102,14 @@ static int primHasRecv(int p) {
          p == COMM_PRIM_RECV_REDUCE_COPY || p == COMM_PRIM_RECV_REDUCE_COPY_SEND || p == COMM_PRIM_SEND_RECV;
 }
 static int primReadsSrc(int p) {
-  return p == COMM_PRIM_REDUCE || p == COMM_PRIM_SEND || p == COMM_PRIM_RECV_REDUCE_SEND || p == COMM_PRIM_RECV_REDUCE_COPY ||
-         p == COMM_PRIM_RECV_REDUCE_COPY_SEND || p == COMM_PRIM_COPY_SEND || p == COMM_PRIM_COPY ||
-         p == COMM_PRIM_SEND_RECV;
+  return p == COMM_PRIM_REDUCE || p == COMM_PRIM_SEND || p == COMM_PRIM_RECV_REDUCE_SEND ||
+         p == COMM_PRIM_RECV_REDUCE_COPY || p == COMM_PRIM_RECV_REDUCE_COPY_SEND || p == COMM_PRIM_COPY_SEND ||
+         p == COMM_PRIM_COPY || p == COMM_PRIM_SEND_RECV;
 }
 static int primWritesDst(int p) {
-  return p == COMM_PRIM_REDUCE || p == COMM_PRIM_RECV || p == COMM_PRIM_RECV_COPY_SEND || p == COMM_PRIM_RECV_REDUCE_COPY ||
-         p == COMM_PRIM_RECV_REDUCE_COPY_SEND || p == COMM_PRIM_COPY_SEND || p == COMM_PRIM_COPY ||
-         p == COMM_PRIM_SEND_RECV;
+  return p == COMM_PRIM_REDUCE || p == COMM_PRIM_RECV || p == COMM_PRIM_RECV_COPY_SEND ||
+         p == COMM_PRIM_RECV_REDUCE_COPY || p == COMM_PRIM_RECV_REDUCE_COPY_SEND || p == COMM_PRIM_COPY_SEND ||
+         p == COMM_PRIM_COPY || p == COMM_PRIM_SEND_RECV;
 }
 static int primReduces(int p) {
   return p == COMM_PRIM_RECV_REDUCE_SEND || p == COMM_PRIM_RECV_REDUCE_COPY || p == COMM_PRIM_RECV_REDUCE_COPY_SEND;
@@ -124,8 +124,8 @@ static commResult_t checkRef(vctx* v, int r, const commBufRef* ref, size_t count
   size_t size = R->size[ref->buf];
   if (size == SIZE_MAX) return commSuccess;
   if (ref->offset > size || count > size - ref->offset)
-    return verr(v, "%s [%zu, %zu) of buffer %u is out of bounds (%zu elements)", what, ref->offset,
-                ref->offset + count, (unsigned)ref->buf, size);
+    return verr(v, "%s [%zu, %zu) of buffer %u is out of bounds (%zu elements)", what, ref->offset, ref->offset + count,
+                (unsigned)ref->buf, size);
   return commSuccess;
 }
 
@@ -268,8 +268,7 @@ static commResult_t advance(vctx* v, int r, int ch, int* progressed) {
             COMMCHECK(vlCopy(v, &v->tRed, val));
           }
           if (post) COMMCHECK(applyPost(v, &v->tRed));
-          if (primWritesDst(p))
-            COMMCHECK(vlWrite(v, &R->bufs[st->dst.buf], st->dst.offset + c->recvDone, n, &v->tRed));
+          if (primWritesDst(p)) COMMCHECK(vlWrite(v, &R->bufs[st->dst.buf], st->dst.offset + c->recvDone, n, &v->tRed));
           if (sends) COMMCHECK(pushPiece(v, sc, &v->tRed, n));
           popPiece(v, rc);
           c->recvDone += n;
@@ -422,8 +421,8 @@ static commResult_t simFill(vctx* v, int r, uint32_t buf, size_t lo, size_t hi, 
 
 /* Checks buf[lo, hi) of rank r holds ranks `all` ? every rank : {single}, source offsets srcBase + i, with
  * PRE and POST applied when `reduced` and the op needs them. */
-static commResult_t simExpect(vctx* v, int r, uint32_t buf, size_t lo, size_t hi, int all, int single,
-                              size_t srcBase, int reduced, const char* what) {
+static commResult_t simExpect(vctx* v, int r, uint32_t buf, size_t lo, size_t hi, int all, int single, size_t srcBase,
+                              int reduced, const char* what) {
   if (hi <= lo) return commSuccess;
   memset(v->expBits, 0, (size_t)v->nw * sizeof(uint64_t));
   if (all) {
@@ -508,12 +507,30 @@ static commResult_t collSizes(const commCollArgs* a, int r, size_t* in, size_t* 
   size_t c = a->count, n = (size_t)a->nRanks;
   if (c != 0 && n > SIZE_MAX / c) return commInvalidArgument;
   switch (a->func) {
-    case commFuncAllReduce: *in = c; *out = c; break;
-    case commFuncBroadcast: *in = r == a->root ? c : 0; *out = c; break;
-    case commFuncReduce: *in = c; *out = r == a->root ? c : 0; break;
-    case commFuncAllGather: *in = c; *out = n * c; break;
-    case commFuncReduceScatter: *in = n * c; *out = c; break;
-    case commFuncAllToAll: *in = n * c; *out = n * c; break;
+    case commFuncAllReduce:
+      *in = c;
+      *out = c;
+      break;
+    case commFuncBroadcast:
+      *in = r == a->root ? c : 0;
+      *out = c;
+      break;
+    case commFuncReduce:
+      *in = c;
+      *out = r == a->root ? c : 0;
+      break;
+    case commFuncAllGather:
+      *in = c;
+      *out = n * c;
+      break;
+    case commFuncReduceScatter:
+      *in = n * c;
+      *out = c;
+      break;
+    case commFuncAllToAll:
+      *in = n * c;
+      *out = n * c;
+      break;
     default: return commInvalidArgument;
   }
   return commSuccess;
@@ -525,9 +542,7 @@ static commResult_t collCheck(vctx* v, const commCollArgs* a) {
   for (int r = 0; r < n; r++) {
     switch (a->func) {
       case commFuncAllReduce: COMMCHECK(simExpect(v, r, COMM_BUF_OUTPUT, 0, c, 1, 0, 0, 1, "output")); break;
-      case commFuncBroadcast:
-        COMMCHECK(simExpect(v, r, COMM_BUF_OUTPUT, 0, c, 0, a->root, 0, 0, "output"));
-        break;
+      case commFuncBroadcast: COMMCHECK(simExpect(v, r, COMM_BUF_OUTPUT, 0, c, 0, a->root, 0, 0, "output")); break;
       case commFuncReduce:
         if (r == a->root) COMMCHECK(simExpect(v, r, COMM_BUF_OUTPUT, 0, c, 1, 0, 0, 1, "output"));
         break;
@@ -549,8 +564,8 @@ static commResult_t collCheck(vctx* v, const commCollArgs* a) {
   return commSuccess;
 }
 
-commResult_t commVerifyColl(const commCollArgs* args, commSchedBuilder_t build, size_t fifoElems,
-                            size_t pieceElems, commVerifyStats* stats) {
+commResult_t commVerifyColl(const commCollArgs* args, commSchedBuilder_t build, size_t fifoElems, size_t pieceElems,
+                            commVerifyStats* stats) {
   if (args == NULL || build == NULL) {
     WARN("commVerifyColl: NULL argument");
     return commInvalidArgument;

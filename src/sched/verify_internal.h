@@ -15,9 +15,9 @@
 #define V_POST 0x4
 
 typedef struct {
-  size_t lo, hi;  /* [lo, hi) */
-  size_t srcOff;  /* source offset of element lo */
-  uint8_t flags;  /* V_* */
+  size_t lo, hi; /* [lo, hi) */
+  size_t srcOff; /* source offset of element lo */
+  uint8_t flags; /* V_* */
 } vseg;
 
 typedef struct {

@@ -52,8 +52,8 @@ void describeSet(const vctx* v, const uint64_t* b, char* out, size_t len) {
       shown++;
     }
   }
-  if (used < len) snprintf(out + used, len - used, "%s} (%d rank%s)", count > shown ? ",..." : "", count,
-                           count == 1 ? "" : "s");
+  if (used < len)
+    snprintf(out + used, len - used, "%s} (%d rank%s)", count > shown ? ",..." : "", count, count == 1 ? "" : "s");
 }
 
 /* ---------------------------------------------------------------------------------------------------- */
@@ -85,8 +85,7 @@ static int mergeable(const vctx* v, const vlist* l, int i, const vseg* b, const 
 }
 
 /* Appends [lo,hi) with the given value (bits ignored when undefined), merging with the last segment. */
-commResult_t vlAppend(vctx* v, vlist* l, size_t lo, size_t hi, size_t srcOff, uint8_t flags,
-                      const uint64_t* bits) {
+commResult_t vlAppend(vctx* v, vlist* l, size_t lo, size_t hi, size_t srcOff, uint8_t flags, const uint64_t* bits) {
   if (hi <= lo) return commSuccess;
   vseg s = {lo, hi, (flags & V_DEF) ? srcOff : 0, flags};
   if (!(flags & V_DEF)) bits = NULL;
@@ -104,10 +103,8 @@ commResult_t vlAppend(vctx* v, vlist* l, size_t lo, size_t hi, size_t srcOff, ui
   COMMCHECK(vlReserve(v, l, l->n + 1));
   l->s[l->n] = s;
   uint64_t* dst = segBits(v, l, l->n);
-  if (bits)
-    memcpy(dst, bits, (size_t)v->nw * sizeof(uint64_t));
-  else
-    memset(dst, 0, (size_t)v->nw * sizeof(uint64_t));
+  if (bits) memcpy(dst, bits, (size_t)v->nw * sizeof(uint64_t));
+  else memset(dst, 0, (size_t)v->nw * sizeof(uint64_t));
   l->n++;
   return commSuccess;
 }
@@ -223,8 +220,7 @@ commResult_t vlReduce(vctx* v, const vlist* x, const vlist* y, vlist* out) {
       return verr(v, "reduces undefined data (%s operand) at piece element %zu",
                   (a->flags & V_DEF) ? "local" : "received", pos);
     size_t oa = a->srcOff + (pos - a->lo), ob = b->srcOff + (pos - b->lo);
-    if (oa != ob)
-      return verr(v, "reduces source element %zu (received) with source element %zu (local)", oa, ob);
+    if (oa != ob) return verr(v, "reduces source element %zu (received) with source element %zu (local)", oa, ob);
     const uint64_t* ba = segBits(v, x, i);
     const uint64_t* bb = segBits(v, y, j);
     int overlap = -1;
@@ -236,8 +232,7 @@ commResult_t vlReduce(vctx* v, const vlist* x, const vlist* y, vlist* out) {
       }
       v->tmpBits[w] = ba[w] | bb[w];
     }
-    if (overlap >= 0)
-      return verr(v, "rank %d's contribution to source element %zu is counted twice", overlap, oa);
+    if (overlap >= 0) return verr(v, "rank %d's contribution to source element %zu is counted twice", overlap, oa);
     if ((a->flags | b->flags) & V_POST)
       return verr(v, "reduces a value that was already post-processed (source element %zu)", oa);
     if (v->isRed && !((a->flags & V_PRE) && (b->flags & V_PRE)))

@@ -65,7 +65,7 @@
 #include "utils.h"
 #include "discover_internal.h"
 
-#define DEFAULT_PCI_BW 12.0      /* PCIe gen3 x16 */
+#define DEFAULT_PCI_BW 12.0 /* PCIe gen3 x16 */
 
 /* ---- sysfs helpers ---- */
 
@@ -318,8 +318,8 @@ static commResult_t addCpuFallback(discState* st, const char* arch) {
       if (!CPU_ISSET(c, &set)) continue;
       int e = c;
       while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, &set)) e++;
-      int w =
-          e > c ? snprintf(p, left, "%s%d-%d", count ? "," : "", c, e) : snprintf(p, left, "%s%d", count ? "," : "", c);
+      int w = e > c ? snprintf(p, left, "%s%d-%d", count ? "," : "", c, e)
+                    : snprintf(p, left, "%s%d", count ? "," : "", c);
       if (w < 0 || (size_t)w >= left) break;
       p += w;
       left -= (size_t)w;
@@ -330,10 +330,8 @@ static commResult_t addCpuFallback(discState* st, const char* arch) {
   if (count == 0) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     count = n > 0 ? (int)n : 1;
-    if (count > 1)
-      snprintf(nd->u.cpu.cpus, sizeof(nd->u.cpu.cpus), "0-%d", count - 1);
-    else
-      snprintf(nd->u.cpu.cpus, sizeof(nd->u.cpu.cpus), "0");
+    if (count > 1) snprintf(nd->u.cpu.cpus, sizeof(nd->u.cpu.cpus), "0-%d", count - 1);
+    else snprintf(nd->u.cpu.cpus, sizeof(nd->u.cpu.cpus), "0");
   }
   nd->u.cpu.nCores = count;
   FILE* f = fopen("/proc/cpuinfo", "r");
@@ -347,8 +345,7 @@ static commResult_t addCpuFallback(discState* st, const char* arch) {
       v[strcspn(v, "\n")] = '\0';
       if (strncmp(line, "vendor_id", 9) == 0 && nd->u.cpu.vendor[0] == '\0')
         discCopyStr(nd->u.cpu.vendor, sizeof(nd->u.cpu.vendor), v);
-      else if (strncmp(line, "model name", 10) == 0 && nd->name[0] == '\0')
-        discCopyStr(nd->name, sizeof(nd->name), v);
+      else if (strncmp(line, "model name", 10) == 0 && nd->name[0] == '\0') discCopyStr(nd->name, sizeof(nd->name), v);
       if (nd->u.cpu.vendor[0] && nd->name[0]) break;
     }
     fclose(f);
@@ -416,10 +413,8 @@ static commResult_t pciDevice(discState* st, hwloc_obj_t obj, int parent) {
     discCopyStr(g->busId, sizeof(g->busId), busId);
     discPciLink(st, busId, a->linkspeed, &g->bw, &g->gen, &g->width);
     const char* model = hwloc_obj_get_info_by_name(obj, "PCIDevice");
-    if (model)
-      discCopyStr(g->name, sizeof(g->name), model);
-    else
-      snprintf(g->name, sizeof(g->name), "NVIDIA GPU [%04x:%04x]", a->vendor_id, a->device_id);
+    if (model) discCopyStr(g->name, sizeof(g->name), model);
+    else snprintf(g->name, sizeof(g->name), "NVIDIA GPU [%04x:%04x]", a->vendor_id, a->device_id);
     return commSuccess;
   }
   for (hwloc_obj_t c = obj->io_first_child; c; c = c->next_sibling) {
@@ -441,7 +436,8 @@ static commResult_t pciDevice(discState* st, hwloc_obj_t obj, int parent) {
   /* The netdev of the function's RDMA devices, for when sysfs does not say (first in name order). */
   const char* net = NULL;
   for (hwloc_obj_t c = obj->io_first_child; c; c = c->next_sibling)
-    if (isNicOsdev(c) && c->attr->osdev.type == HWLOC_OBJ_OSDEV_NETWORK && (net == NULL || discNatCmp(c->name, net) < 0))
+    if (isNicOsdev(c) && c->attr->osdev.type == HWLOC_OBJ_OSDEV_NETWORK &&
+        (net == NULL || discNatCmp(c->name, net) < 0))
       net = c->name;
   for (int i = 0; net && i < st->nics.n; i++)
     if (st->nics.a[i].rdma && strcmp(st->nics.a[i].busId, busId) == 0)

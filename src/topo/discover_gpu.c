@@ -136,8 +136,7 @@ commResult_t discCudaGpus(discState* st, int hwlocGpus) {
            "topology: %d NVIDIA GPU(s) on PCI; the CUDA driver is not loaded in this process, so their CUDA device "
            "numbers are not matched (a program that uses them loads CUDA before it creates a communicator)",
            hwlocGpus);
-    else
-      INFO(COMM_TOPO, "topology: the CUDA driver is not loaded in this process: no CUDA GPUs");
+    else INFO(COMM_TOPO, "topology: the CUDA driver is not loaded in this process: no CUDA GPUs");
     return commSuccess;
   }
   int err = gLib.cuInitErr, count = 0;
@@ -150,8 +149,7 @@ commResult_t discCudaGpus(discState* st, int hwlocGpus) {
     if (hwlocGpus)
       WARN("topology: %d NVIDIA GPU(s) on PCI but the CUDA driver fails (error %d); their CUDA devices are unknown",
            hwlocGpus, err);
-    else
-      INFO(COMM_TOPO, "topology: CUDA driver present but unusable (error %d): no CUDA GPUs", err);
+    else INFO(COMM_TOPO, "topology: CUDA driver present but unusable (error %d): no CUDA GPUs", err);
     return commSuccess;
   }
   for (int i = 0; i < count; i++) {
@@ -307,4 +305,3 @@ commResult_t discNvlinks(discState* st, const int* gpuNode) {
   if (nLinks) INFO(COMM_TOPO, "topology: %d NVLink(s)%s", nLinks, nvsNode >= 0 ? ", NVSwitch present" : "");
   return commSuccess;
 }
-

@@ -48,7 +48,7 @@ int discBusIdNormalize(const char* in, char out[COMM_TOPO_BUSID_MAX]);
 void discHwBusId(unsigned dom, unsigned bus, unsigned dev, unsigned fn, char out[COMM_TOPO_BUSID_MAX]);
 
 /* discover.c: sysfs and PCI helpers */
-#define DEFAULT_NET_MBPS 10000 /* a NIC whose speed cannot be read */
+#define DEFAULT_NET_MBPS 10000                             /* a NIC whose speed cannot be read */
 int discReadText(const char* path, char* buf, size_t len); /* a small file, trailing whitespace cut: its length, -1 */
 int discPathExists(const char* path);
 /* The entries of a directory, sorted by discNatCmp (digits compared as numbers); discFreeNames after. */

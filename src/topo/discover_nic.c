@@ -24,7 +24,8 @@ static int kernelAtLeast(int major, int minor) {
 }
 
 static int gdrPossible(const discState* st) {
-  if (discPathExists("/sys/kernel/mm/memory_peers/nv_mem/version") || discPathExists("/sys/module/nvidia_peermem")) return 1;
+  if (discPathExists("/sys/kernel/mm/memory_peers/nv_mem/version") || discPathExists("/sys/module/nvidia_peermem"))
+    return 1;
   return st->cudaGpus > 0 && kernelAtLeast(5, 12); /* dma-buf */
 }
 
@@ -110,8 +111,7 @@ static commResult_t sweepRdma(discState* st) {
       const char* base = strrchr(real, '/');
       if (base && discBusIdNormalize(base + 1, d->busId) == 0 && strstr(real, "/pci") != NULL)
         discPciLink(st, d->busId, 0, &d->bw, &d->gen, &d->width);
-      else
-        d->busId[0] = '\0';
+      else d->busId[0] = '\0';
     }
   }
 exit:

@@ -166,8 +166,8 @@ static commResult_t validate(commTopo* topo) {
       return commInvalidArgument;
     }
     if (counts[COMM_TOPO_NVS] > 1) {
-      WARN("topology: host %d (%s) has %d NVSwitch nodes; one stands for all of a host's NVSwitches", h,
-           host->name, counts[COMM_TOPO_NVS]);
+      WARN("topology: host %d (%s) has %d NVSwitch nodes; one stands for all of a host's NVSwitches", h, host->name,
+           counts[COMM_TOPO_NVS]);
       return commInvalidArgument;
     }
   }
@@ -181,8 +181,7 @@ static commResult_t validate(commTopo* topo) {
     if (rootless) continue;
     /* Walk up: PCI nodes only, then a CPU of the same host, within nNodes steps (no cycles). */
     int p = nd->parent, steps = 0;
-    while (p >= 0 && topo->nodes[p].type == COMM_TOPO_PCI && topo->nodes[p].host == nd->host &&
-           steps <= topo->nNodes) {
+    while (p >= 0 && topo->nodes[p].type == COMM_TOPO_PCI && topo->nodes[p].host == nd->host && steps <= topo->nNodes) {
       p = topo->nodes[p].parent;
       steps++;
     }
@@ -231,9 +230,9 @@ static commResult_t makeLinks(commTopo* topo) {
     const commTopoNode* nd = &topo->nodes[i];
     if (nd->parent < 0) continue;
     double bw = nd->bw;
-    if (bw <= 0) bw = (nd->type == COMM_TOPO_NIC && nd->u.nic.speedMbps > 0 && nd->busId[0] == '\0')
-                          ? nd->u.nic.speedMbps / 8000.0
-                          : DEFAULT_PCI_BW;
+    if (bw <= 0)
+      bw = (nd->type == COMM_TOPO_NIC && nd->u.nic.speedMbps > 0 && nd->busId[0] == '\0') ? nd->u.nic.speedMbps / 8000.0
+                                                                                          : DEFAULT_PCI_BW;
     COMMCHECK(addLink(topo, nd->parent, i, COMM_LINK_PCI, 1, bw, LAT_PCI));
   }
   for (int h = 0; h < topo->nHosts; h++) {

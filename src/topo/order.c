@@ -132,8 +132,7 @@ static void dfs(orderSearch* S, int depth, orderScore sc) {
   }
   if (S->haveBest) {
     /* Bounds: the worst hop only gets worse, and every remaining hop costs at least the best class. */
-    if (sc.maxCls > S->bestScore.maxCls || (sc.maxCls == S->bestScore.maxCls && sc.minBw < S->bestScore.minBw))
-      return;
+    if (sc.maxCls > S->bestScore.maxCls || (sc.maxCls == S->bestScore.maxCls && sc.minBw < S->bestScore.minBw)) return;
     int left = S->nd - depth + (S->cycle && S->nd > 1 ? 1 : 0);
     if (sc.maxCls == S->bestScore.maxCls && sc.minBw == S->bestScore.minBw &&
         sc.sumCls + left * S->bound.maxCls > S->bestScore.sumCls)
@@ -279,8 +278,7 @@ static commResult_t nodeOrder(const nodeCtx* nc, int channel, int cycle, int* or
   for (int i = 0; i < m; i++) {
     /* as nodeRankNic, with the per-device counts made once */
     int k = devOf[i], li = devCount[2 * nd + k]++, nShare = devCount[nd + k];
-    nicOf[i] = devCount[k] ? devNics[(size_t)k * MAX_NODE_NICS + (li + (nShare == 1 ? channel : 0)) % devCount[k]]
-                           : -1;
+    nicOf[i] = devCount[k] ? devNics[(size_t)k * MAX_NODE_NICS + (li + (nShare == 1 ? channel : 0)) % devCount[k]] : -1;
     if (nicOf[i] < 0) continue;
     int u;
     for (u = 0; u < nUsed; u++)
@@ -301,8 +299,7 @@ static commResult_t nodeOrder(const nodeCtx* nc, int channel, int cycle, int* or
      * one ring into the node and one out of it. */
     if (nUsed > 1) end = nicUser(nc, nicOf, used[(channel + nUsed - 1) % nUsed], channel / nUsed);
   }
-  COMMCHECKGOTO(searchOrder(topo, devs, nd, devOf[start], end >= 0 ? devOf[end] : -1, cycle, devOrder), res,
-                exit);
+  COMMCHECKGOTO(searchOrder(topo, devs, nd, devOf[start], end >= 0 ? devOf[end] : -1, cycle, devOrder), res, exit);
   /* Expand devices into ranks: the start device's ranks from the start rank on (turning), the others in
    * rank order. */
   int pos = 0;
@@ -335,8 +332,7 @@ static int countNodes(const commTopoRank* ranks, int nRanks) {
   return n;
 }
 
-int commTopoNodeOrder(const commTopo* topo, const commTopoRank* ranks, int nRanks, int node, int channel,
-                      int* order) {
+int commTopoNodeOrder(const commTopo* topo, const commTopoRank* ranks, int nRanks, int node, int channel, int* order) {
   int* list = malloc(sizeof(int) * (size_t)(nRanks > 0 ? nRanks : 1));
   if (list == NULL) return 0;
   nodeCtx nc = {topo, ranks, list, nodeRanks(ranks, nRanks, node, list)};
@@ -346,8 +342,8 @@ int commTopoNodeOrder(const commTopo* topo, const commTopoRank* ranks, int nRank
   return m;
 }
 
-commResult_t commTopoRings(const commTopo* topo, const commTopoRank* ranks, int nRanks, int nNodes,
-                           int nChannels, int* rings) {
+commResult_t commTopoRings(const commTopo* topo, const commTopoRank* ranks, int nRanks, int nNodes, int nChannels,
+                           int* rings) {
   commResult_t res = commSuccess;
   int *start = NULL, *byNode = NULL;
   for (int r = 0; r < nRanks; r++) {
@@ -387,8 +383,7 @@ static int levelParam(const char* name, int def) {
   if (end != v && *end == '\0' && x >= 0 && x <= COMM_PATH_SYS) return (int)x;
   int t = commTopoPathFromName(v);
   if (t >= 0 && t <= COMM_PATH_SYS) return t;
-  WARN("%s=%s is not a path class (LOC, NVL, PIX, PXB, PHB, SYS or 0-5); using %s", name, v,
-       commTopoPathName(def));
+  WARN("%s=%s is not a path class (LOC, NVL, PIX, PXB, PHB, SYS or 0-5); using %s", name, v, commTopoPathName(def));
   return def;
 }
 
@@ -434,8 +429,8 @@ commResult_t commTopoChooseTransport(const commTopo* topo, const commTopoRank* r
   }
   const commTopoRank *ra = &ranks[a], *rb = &ranks[b];
   int known = topo != NULL && ra->dev >= 0 && rb->dev >= 0 && ra->dev < topo->nNodes && rb->dev < topo->nNodes;
-  out->pathType = known ? commTopoPathOf(topo, ra->dev, rb->dev).type : (ra->node == rb->node ? COMM_PATH_SYS
-                                                                                            : COMM_PATH_NET);
+  out->pathType = known ? commTopoPathOf(topo, ra->dev, rb->dev).type
+                        : (ra->node == rb->node ? COMM_PATH_SYS : COMM_PATH_NET);
   if (ra->node != rb->node) {
     out->transport = COMM_TOPO_USE_NET;
     if (known && isGpu(topo, ra->dev) && isGpu(topo, rb->dev)) {
@@ -445,7 +440,9 @@ commResult_t commTopoChooseTransport(const commTopo* topo, const commTopoRank* r
       out->gdr = ga && gb;
       out->fallback = !out->gdr;
       snprintf(out->why, sizeof(out->why), "different nodes; GDR %s: %s", out->gdr ? "on" : "off",
-               !ga ? wa : !gb ? wb : wa);
+               !ga   ? wa
+               : !gb ? wb
+                     : wa);
     } else {
       snprintf(out->why, sizeof(out->why), "different nodes");
     }
@@ -504,8 +501,7 @@ int commBindThreadToCpuList(pthread_t thread, const char* cpus, const char* what
   }
   CPU_AND(&both, &want, &allowed);
   if (CPU_COUNT(&both) == 0) {
-    INFO(COMM_TOPO, "%s not bound: the cores %s (near %s) are not among this thread's allowed cores", what, cpus,
-         near);
+    INFO(COMM_TOPO, "%s not bound: the cores %s (near %s) are not among this thread's allowed cores", what, cpus, near);
     return 0;
   }
   int err = pthread_setaffinity_np(thread, sizeof(both), &both);

@@ -80,8 +80,8 @@ typedef enum { COMM_PCI_BRIDGE = 0, COMM_PCI_SWITCH = 1, COMM_PCI_HOSTBRIDGE = 2
 typedef enum { COMM_NIC_ETH = 0, COMM_NIC_IB = 1, COMM_NIC_ROCE = 2 } commTopoNicLink;
 
 #define COMM_TOPO_NAME_MAX 64
-#define COMM_TOPO_BUSID_MAX 16  /* "0000:17:00.0" */
-#define COMM_TOPO_CPUSET_MAX 256 /* cpu list "0-55,112-167" */
+#define COMM_TOPO_BUSID_MAX 16     /* "0000:17:00.0" */
+#define COMM_TOPO_CPUSET_MAX 256   /* cpu list "0-55,112-167" */
 #define COMM_TOPO_MAX_NVLINKS 4096 /* per pair of ends, summed over declarations */
 
 typedef struct {
@@ -94,10 +94,10 @@ typedef struct {
   double bw;                       /* GB/s of the link to the parent (PCI class); 0 for nodes without parent */
   union {
     struct {
-      int numa;                          /* NUMA node id (os index), -1 unknown */
-      char arch[16];                     /* x86_64, aarch64, ppc64le */
-      char vendor[32];                   /* GenuineIntel, AuthenticAMD, ... */
-      char cpus[COMM_TOPO_CPUSET_MAX];   /* the PUs of this NUMA node, as a Linux cpu list */
+      int numa;                        /* NUMA node id (os index), -1 unknown */
+      char arch[16];                   /* x86_64, aarch64, ppc64le */
+      char vendor[32];                 /* GenuineIntel, AuthenticAMD, ... */
+      char cpus[COMM_TOPO_CPUSET_MAX]; /* the PUs of this NUMA node, as a Linux cpu list */
       int nCores;
     } cpu;
     struct {
@@ -111,12 +111,12 @@ typedef struct {
       int memMB; /* device memory, 0 unknown */
     } gpu;
     struct {
-      int link;        /* commTopoNicLink */
-      int port;        /* IB port, 1-based; 0 for netdevs */
-      int speedMbps;   /* link speed */
+      int link;                        /* commTopoNicLink */
+      int port;                        /* IB port, 1-based; 0 for netdevs */
+      int speedMbps;                   /* link speed */
       char netdev[COMM_TOPO_NAME_MAX]; /* the netdev behind an RDMA device, or the NIC's own name */
       uint64_t guid;
-      int gdr;         /* the NIC can read/write GPU memory (GPUDirect RDMA capable), 0 unknown/no */
+      int gdr; /* the NIC can read/write GPU memory (GPUDirect RDMA capable), 0 unknown/no */
     } nic;
   } u;
   /* Filled by commTopoFinish */
@@ -124,10 +124,10 @@ typedef struct {
 } commTopoNode;
 
 typedef struct {
-  int a, b;   /* node indices */
-  int type;   /* commTopoLinkType */
-  int count;  /* NVLink: number of links in the bundle; otherwise 1 */
-  double bw;  /* GB/s, each direction */
+  int a, b;  /* node indices */
+  int type;  /* commTopoLinkType */
+  int count; /* NVLink: number of links in the bundle; otherwise 1 */
+  double bw; /* GB/s, each direction */
   double latUs;
 } commTopoLink;
 
@@ -139,10 +139,10 @@ typedef struct {
 } commTopoHost;
 
 typedef struct {
-  uint8_t type;  /* commTopoPathType */
+  uint8_t type; /* commTopoPathType */
   uint8_t hops;
-  float bw;      /* bottleneck GB/s */
-  float latUs;   /* sum of link latencies */
+  float bw;    /* bottleneck GB/s */
+  float latUs; /* sum of link latencies */
 } commTopoPath;
 
 typedef struct commTopo {
@@ -190,7 +190,7 @@ int commTopoFindBusId(const commTopo* topo, int host, const char* busId);
 int commTopoCpuOf(const commTopo* topo, int n);
 /* Best path from node a to node b (any hosts). */
 commTopoPath commTopoPathOf(const commTopo* topo, int a, int b);
-const char* commTopoPathName(int type);    /* "LOC", "NVL", ... */
+const char* commTopoPathName(int type);     /* "LOC", "NVL", ... */
 int commTopoPathFromName(const char* name); /* -1 if unknown; accepts NCCL's names too (NVB -> NVL) */
 const char* commTopoNodeTypeName(int type); /* "CPU", "PCI", "GPU", "NIC", "NVS" */
 /* Short label: "GPU0", "NIC2 mlx5_2", "CPU1", "PCI 0000:15:00.0", "NVS" (buffer of at least 96 bytes). */
@@ -251,21 +251,20 @@ int commTopoRankNic(const commTopo* topo, const commTopoRank* ranks, int nRanks,
  * (node 0 first), each as one contiguous segment; within a node the order follows the fastest paths
  * between the ranks' devices (NVLink before PCI before CPU), starting at the rank nearest the NIC the
  * channel enters the node through, so different channels enter (and leave) through different NICs. */
-commResult_t commTopoRings(const commTopo* topo, const commTopoRank* ranks, int nRanks, int nNodes,
-                           int nChannels, int* rings);
+commResult_t commTopoRings(const commTopo* topo, const commTopoRank* ranks, int nRanks, int nNodes, int nChannels,
+                           int* rings);
 /* The intra-node order of node `node` on channel c (ranks in ring order), as used by commTopoRings:
  * order[0 .. m) for the m ranks of that node. Returns m. */
-int commTopoNodeOrder(const commTopo* topo, const commTopoRank* ranks, int nRanks, int node, int channel,
-                      int* order);
+int commTopoNodeOrder(const commTopo* topo, const commTopoRank* ranks, int nRanks, int node, int channel, int* order);
 
 /* Transport between two ranks' devices. */
 typedef enum { COMM_TOPO_USE_P2P = 0, COMM_TOPO_USE_SHM = 1, COMM_TOPO_USE_NET = 2 } commTopoTransport;
 typedef struct {
-  int transport;   /* commTopoTransport */
-  int pathType;    /* class of the path between the two devices */
-  int gdr;         /* NET: GPUDirect RDMA allowed on both ends (GPU ranks only) */
-  int fallback;    /* GPUs that get less than the best: shm beyond COMM_P2P_LEVEL, network without GDR */
-  char why[512];   /* one line: the rule that decided */
+  int transport; /* commTopoTransport */
+  int pathType;  /* class of the path between the two devices */
+  int gdr;       /* NET: GPUDirect RDMA allowed on both ends (GPU ranks only) */
+  int fallback;  /* GPUs that get less than the best: shm beyond COMM_P2P_LEVEL, network without GDR */
+  char why[512]; /* one line: the rule that decided */
 } commTopoTransportChoice;
 /* P2P for GPUs whose path class is at most COMM_P2P_LEVEL (default PXB), shm within a host,
  * network across hosts; GDR when the GPU-NIC path class is at most COMM_NET_GDR_LEVEL (default PXB) and

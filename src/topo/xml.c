@@ -204,14 +204,12 @@ static commResult_t readValue(xmlParser* x, const char* attr, char* out) {
     char c = *x->p;
     if (c == q) break;
     if (c == '<') {
-      if (x->line != qline)
-        return xmlErr(x, qline, "unterminated string (value of %s): '<' on line %d", attr, x->line);
+      if (x->line != qline) return xmlErr(x, qline, "unterminated string (value of %s): '<' on line %d", attr, x->line);
       return xmlErr(x, x->line, "'<' in the value of %s (use &lt;)", attr);
     }
     if ((unsigned char)c < 0x20 && c != '\t' && c != '\n' && c != '\r')
       return xmlErr(x, x->line, "invalid character 0x%02x in the value of %s", (unsigned char)c, attr);
-    if (n == XML_MAX_VALUE)
-      return xmlErr(x, qline, "value of %s is longer than %d characters", attr, XML_MAX_VALUE);
+    if (n == XML_MAX_VALUE) return xmlErr(x, qline, "value of %s is longer than %d characters", attr, XML_MAX_VALUE);
     if (c == '&') {
       COMMCHECK(readEntity(x, &out[n++]));
     } else {
@@ -260,8 +258,7 @@ static commResult_t attrBw(xmlParser* x, int el, const char* name, double* out) 
   if (s[0] == '\0' || isWs(s[0]) || *e != '\0' || !isfinite(v))
     return xmlErr(x, x->attrLine[a], "%s=\"%.*s\" on <%s> is not a number", name, NAME_SHOWN, s, xmlSpecs[el].name);
   if (!(v >= 0 && v <= XML_MAX_BW))
-    return xmlErr(x, x->attrLine[a], "%s=%s on <%s> is outside [0, %.0f] GB/s", name, s, xmlSpecs[el].name,
-                  XML_MAX_BW);
+    return xmlErr(x, x->attrLine[a], "%s=%s on <%s> is outside [0, %.0f] GB/s", name, s, xmlSpecs[el].name, XML_MAX_BW);
   *out = v == 0 ? 0.0 : v; /* no -0 */
   return commSuccess;
 }
@@ -326,8 +323,8 @@ static commResult_t attrBusId(xmlParser* x, int el, char out[COMM_TOPO_BUSID_MAX
   int a = attrIndex(el, "busid");
   if (!x->have[a]) return commSuccess;
   if (normBusId(x->val[a], out) != 0)
-    return xmlErr(x, x->attrLine[a], "busid=\"%.*s\" on <%s> is not a PCI address dddd:bb:dd.f", NAME_SHOWN,
-                  x->val[a], xmlSpecs[el].name);
+    return xmlErr(x, x->attrLine[a], "busid=\"%.*s\" on <%s> is not a PCI address dddd:bb:dd.f", NAME_SHOWN, x->val[a],
+                  xmlSpecs[el].name);
   return commSuccess;
 }
 

@@ -11,8 +11,9 @@
 /* Channels per collective. Every rank must pick the same count, so it follows from what all ranks know:
  * the most ranks sharing one GPU. One block runs each channel and the blocks of all ranks on a GPU must
  * be resident at once (they wait on each other), so they share a budget of blocks per GPU. */
-#define DEV_BLOCKS_PER_GPU 96 /* one 512-thread block per SM (128 registers per thread): below the SM count
-                               * of A100 (108) and H100 PCIe (114), with room for other kernels */
+/* One 512-thread block per SM (128 registers per thread): below the SM count of A100 (108) and H100 PCIe
+ * (114), with room for other kernels. */
+#define DEV_BLOCKS_PER_GPU 96
 #define DEV_BYTES_PER_CHANNEL (512 << 10) /* one more channel per this many bytes (COMM_DEV_BYTES_PER_CHANNEL) */
 #define DEV_LL_MAX_DEFAULT 4096           /* device messages up to this many bytes use LL (COMM_DEV_LL_MAX) */
 
@@ -29,8 +30,7 @@ static int devMaxChannels(struct commComm* comm) {
   int most = 1;
   for (int i = 0; i < comm->nRanks; i++) {
     int same = 0;
-    for (int j = 0; j < comm->nRanks; j++)
-      same += sameGpu(&comm->peers[i], &comm->peers[j]);
+    for (int j = 0; j < comm->nRanks; j++) same += sameGpu(&comm->peers[i], &comm->peers[j]);
     if (same > most) most = same;
   }
   int cap = (int)commParamInt("COMM_DEV_NCHANNELS", 32, 1, COMM_MAX_CHANNELS);

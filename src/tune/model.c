@@ -25,10 +25,18 @@ const commTuneConsts commTuneDefaults = {
     /* PAT pairs every rank with a different peer each round; with more ranks than cores (4 ranks, 2 cores)
      * that costs 1.2-1.5x the ring's neighbour steps at equal bytes (allgather 32 KiB-2 MiB), with 2 ranks
      * nothing. */
-    .algoLatFactor = {[commAlgoRing] = 1.0, [commAlgoTree] = 1.0, [commAlgoCollTree] = 1.0, [commAlgoPat] = 1.4,
-                      [commAlgoOneShot] = 1.0, [commAlgoPairwise] = 1.0},
-    .algoBwFactor = {[commAlgoRing] = 1.0, [commAlgoTree] = 1.0, [commAlgoCollTree] = 1.0, [commAlgoPat] = 0.75,
-                     [commAlgoOneShot] = 1.0, [commAlgoPairwise] = 1.0},
+    .algoLatFactor = {[commAlgoRing] = 1.0,
+                      [commAlgoTree] = 1.0,
+                      [commAlgoCollTree] = 1.0,
+                      [commAlgoPat] = 1.4,
+                      [commAlgoOneShot] = 1.0,
+                      [commAlgoPairwise] = 1.0},
+    .algoBwFactor = {[commAlgoRing] = 1.0,
+                     [commAlgoTree] = 1.0,
+                     [commAlgoCollTree] = 1.0,
+                     [commAlgoPat] = 0.75,
+                     [commAlgoOneShot] = 1.0,
+                     [commAlgoPairwise] = 1.0},
 };
 
 void commTuneModelInit(commTuneModel* m, int nRanks, int nNodes, int maxLocalRanks, commLinkKind_t intra,
@@ -96,9 +104,9 @@ typedef struct {
   double stages[COMM_NUM_LINKS];     /* dependent hops, one after another */
   double fillStages[COMM_NUM_LINKS]; /* hops a chunk must cross before the last one is out (pipelines) */
   double bytes[COMM_NUM_LINKS];
-  double reduced;                    /* bytes the busiest rank reduces */
-  int serialReduce;                  /* reductions follow the transfers instead of overlapping them */
-  double chunk;                      /* bytes per step */
+  double reduced;   /* bytes the busiest rank reduces */
+  int serialReduce; /* reductions follow the transfers instead of overlapping them */
+  double chunk;     /* bytes per step */
 } algoCost;
 
 static double minD(double a, double b) { return a < b ? a : b; }
@@ -113,16 +121,16 @@ static double perNic(const commTuneModel* m, double bytesPerNode, double senders
  * order, are adjacent in flat trees and rings (ranks are grouped by node): of a flat algorithm's log2(n)
  * levels, log2(L) stay within a node and log2(N) cross nodes. */
 typedef struct {
-  int n, N, L;       /* ranks, nodes, ranks on the most populated node */
-  int intra, inter;  /* link kinds within and between nodes */
-  int gate;          /* a step every rank takes at once (ring, PAT, exchanges) waits for its slowest hop: the
+  int n, N, L;      /* ranks, nodes, ranks on the most populated node */
+  int intra, inter; /* link kinds within and between nodes */
+  int gate;         /* a step every rank takes at once (ring, PAT, exchanges) waits for its slowest hop: the
                       * network once the ranks span nodes */
-  int multi;         /* more than one node */
-  double nn;         /* n as a double */
+  int multi;        /* more than one node */
+  double nn;        /* n as a double */
 } modelShape;
 
 static void costRing(const commTuneModel* m, const modelShape* s, commFunc_t func, double B, int nChannels,
-                   algoCost* c) {
+                     algoCost* c) {
   const int n = s->n, N = s->N, intra = s->intra, inter = s->inter, multi = s->multi;
   const double nn = s->nn;
   /* Node-aware ring: each channel's ring leaves a node once, so a node's NIC carries what one rank
@@ -133,14 +141,20 @@ static void costRing(const commTuneModel* m, const modelShape* s, commFunc_t fun
   double sent, stages;
   int chain = 0; /* broadcast and reduce: the last chunk crosses every hop */
   switch (func) {
-    case commFuncAllReduce: stages = 2.0 * (n - 1); sent = 2.0 * (nn - 1) / nn * B; break;
+    case commFuncAllReduce:
+      stages = 2.0 * (n - 1);
+      sent = 2.0 * (nn - 1) / nn * B;
+      break;
     case commFuncBroadcast:
     case commFuncReduce:
       stages = n - 1;
       sent = B;
       chain = 1;
       break;
-    default: stages = n - 1; sent = (nn - 1) / nn * B; break;
+    default:
+      stages = n - 1;
+      sent = (nn - 1) / nn * B;
+      break;
   }
   /* The ring's hops run one after another around the ring, and one hop in (n / N) leaves a node. */
   double crossing = multi ? (double)N / nn : 0.0;
@@ -160,7 +174,7 @@ static void costRing(const commTuneModel* m, const modelShape* s, commFunc_t fun
 }
 
 static void costTree(const commTuneModel* m, const modelShape* s, commFunc_t func, double B, int nChannels,
-                   algoCost* c) {
+                     algoCost* c) {
   const int n = s->n, N = s->N, intra = s->intra, inter = s->inter, multi = s->multi;
   c->chunk = minD(c->chunk, B / nChannels > 1 ? B / nChannels : 1);
   int ways = func == commFuncAllReduce ? 2 : 1;
@@ -184,16 +198,14 @@ static void costTree(const commTuneModel* m, const modelShape* s, commFunc_t fun
 }
 
 static void costCollTree(const commTuneModel* m, const modelShape* s, commFunc_t func, double B, int nChannels,
-                       algoCost* c) {
+                         algoCost* c) {
   const int N = s->N, L = s->L, intra = s->intra, inter = s->inter, multi = s->multi;
   c->chunk = minD(c->chunk, B / nChannels > 1 ? B / nChannels : 1);
   int ways = func == commFuncAllReduce ? 2 : 1;
   /* Within a node, algorithms/colltree.c runs a chain when it is no longer than the chunks per channel
    * plus the tree's depth, a bit tree otherwise. */
   double chunksPerChannel = ceil(B / nChannels / c->chunk);
-  int localStages = L <= 1 ? 0
-                    : (L - 1 <= chunksPerChannel + commBitTreeDepth(L)) ? L - 1
-                                                                       : commBitTreeDepth(L);
+  int localStages = L <= 1 ? 0 : (L - 1 <= chunksPerChannel + commBitTreeDepth(L)) ? L - 1 : commBitTreeDepth(L);
   int interStages = commBitTreeDepth(N);
   c->stages[intra] = c->fillStages[intra] = (double)ways * localStages;
   c->stages[inter] += (double)ways * interStages;
@@ -208,7 +220,7 @@ static void costCollTree(const commTuneModel* m, const modelShape* s, commFunc_t
 }
 
 static void costPat(const commTuneModel* m, const modelShape* s, commFunc_t func, double B, int nChannels,
-                  algoCost* c) {
+                    algoCost* c) {
   const int n = s->n, L = s->L, intra = s->intra, inter = s->inter, gate = s->gate, multi = s->multi;
   const double nn = s->nn;
   /* Every rank exchanges at distances 1, 2, 4, ...: the far rounds, which carry most of the bytes,
@@ -227,7 +239,7 @@ static void costPat(const commTuneModel* m, const modelShape* s, commFunc_t func
 }
 
 static void costOneShot(const commTuneModel* m, const modelShape* s, commFunc_t func, double B, int nChannels,
-                      algoCost* c) {
+                        algoCost* c) {
   const int n = s->n, L = s->L, intra = s->intra, inter = s->inter, gate = s->gate, multi = s->multi;
   const double nn = s->nn;
   c->stages[gate] = n - 1; /* n-1 exchanges, one after another */
@@ -241,7 +253,7 @@ static void costOneShot(const commTuneModel* m, const modelShape* s, commFunc_t 
 }
 
 static void costPairwise(const commTuneModel* m, const modelShape* s, commFunc_t func, double B, int nChannels,
-                       algoCost* c) {
+                         algoCost* c) {
   const int n = s->n, L = s->L, intra = s->intra, inter = s->inter, gate = s->gate, multi = s->multi;
   const double nn = s->nn;
   c->stages[gate] = n - 1;
@@ -303,9 +315,8 @@ double commTunePredict(const commTuneModel* m, commFunc_t func, int algo, int pr
   /* With more ranks on a node than cores, the host executor's copies and reductions of all of them share
    * the cores (4 ranks on 2 cores: one-shot allreduce of 128 KiB, (n-1) x the ring's bytes, 505 us against
    * the ring's 74). */
-  double share = m->coresPerNode > 0 && m->maxLocalRanks > m->coresPerNode
-                     ? (double)m->maxLocalRanks / m->coresPerNode
-                     : 1.0;
+  double share = m->coresPerNode > 0 && m->maxLocalRanks > m->coresPerNode ? (double)m->maxLocalRanks / m->coresPerNode
+                                                                           : 1.0;
   stream *= share;
   /* Chunks are reduced while the next ones travel: the slower of the two streams sets the pace. */
   double reduce = share * c.reduced / (k->reduceGBs * 1e3);

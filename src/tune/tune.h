@@ -29,18 +29,18 @@
 typedef enum { COMM_LINK_SHM = 0, COMM_LINK_NET = 1, COMM_NUM_LINKS } commLinkKind_t;
 
 typedef struct {
-  double latUs;  /* one hop: from a step being posted to the peer seeing it */
-  double bwGBs;  /* one rank streaming to one peer (GB/s = bytes/ns / 1) */
+  double latUs; /* one hop: from a step being posted to the peer seeing it */
+  double bwGBs; /* one rank streaming to one peer (GB/s = bytes/ns / 1) */
 } commTuneLink;
 
 /* The one table of constants (src/tune/model.c). */
 typedef struct {
   commTuneLink link[COMM_NUM_LINKS];
-  double callUs;     /* API entry, plan, executor start and finish */
-  double stepUs;     /* executor overhead per chunk step */
-  double reduceGBs;  /* local reduction (a op b -> c) */
-  double protoLatFactor[commNumProtos]; /* latency multiplier per protocol */
-  double protoBwFactor[commNumProtos];  /* bandwidth multiplier per protocol */
+  double callUs;                         /* API entry, plan, executor start and finish */
+  double stepUs;                         /* executor overhead per chunk step */
+  double reduceGBs;                      /* local reduction (a op b -> c) */
+  double protoLatFactor[commNumProtos];  /* latency multiplier per protocol */
+  double protoBwFactor[commNumProtos];   /* bandwidth multiplier per protocol */
   size_t protoChunkBytes[commNumProtos]; /* step size cap per protocol (0: the FIFO's half) */
   double algoLatFactor[commNumAlgos];    /* what an algorithm's hops cost beyond the link's (measured) */
   double algoBwFactor[commNumAlgos];     /* the share of the link's bandwidth an algorithm reaches */
@@ -51,13 +51,13 @@ extern const commTuneConsts commTuneDefaults;
 typedef struct {
   int nRanks;
   int nNodes;
-  int maxLocalRanks;       /* ranks on the most populated node */
-  commLinkKind_t intra;    /* link between ranks of one node */
-  commLinkKind_t inter;    /* link between nodes */
-  size_t fifoChunkBytes;   /* most bytes one send step may carry (half a connection's FIFO) */
-  int maxChannels;         /* channels a collective may use (COMM_NCHANNELS) */
-  int nicsPerNode;         /* network links of a node (flat default: 1; the topology will say) */
-  int coresPerNode;        /* cores that run a node's ranks (0: as many as ranks). With more ranks than
+  int maxLocalRanks;     /* ranks on the most populated node */
+  commLinkKind_t intra;  /* link between ranks of one node */
+  commLinkKind_t inter;  /* link between nodes */
+  size_t fifoChunkBytes; /* most bytes one send step may carry (half a connection's FIFO) */
+  int maxChannels;       /* channels a collective may use (COMM_NCHANNELS) */
+  int nicsPerNode;       /* network links of a node (flat default: 1; the topology will say) */
+  int coresPerNode;      /* cores that run a node's ranks (0: as many as ranks). With more ranks than
                               cores, every rank's copies and reductions share them. */
   commTuneConsts k;
 } commTuneModel;
@@ -82,12 +82,12 @@ void commTuneParseAlgo(const char* spec, uint32_t allow[commNumFuncs]);
 void commTuneParseProto(const char* spec, uint32_t allow[commNumFuncs]);
 
 typedef struct {
-  int algo;           /* commAlgo_t */
-  int proto;          /* commProto_t */
+  int algo;  /* commAlgo_t */
+  int proto; /* commProto_t */
   int nChannels;
   size_t chunkBytes;
   double predictedUs;
-  int repeatable;     /* an identical call always gets this choice (no tuner plugin), so its plan may be kept */
+  int repeatable; /* an identical call always gets this choice (no tuner plugin), so its plan may be kept */
 } commTuneChoice;
 
 /* Choices already made, by (collective, bytes): the same call again costs a lookup (hot loops repeat

@@ -21,8 +21,8 @@
 
 /* ---------------------------------------------------------------- COMM_ALGO / COMM_PROTO */
 
-static const char* const funcKeys[commNumFuncs] = {"allreduce", "broadcast", "reduce", "allgather",
-                                                   "reducescatter", "alltoall", "sendrecv"};
+static const char* const funcKeys[commNumFuncs] = {"allreduce",     "broadcast", "reduce",  "allgather",
+                                                   "reducescatter", "alltoall",  "sendrecv"};
 static const char* const algoKeys[commNumAlgos] = {"ring", "tree", "colltree", "pat", "oneshot", "pairwise"};
 static const char* const protoKeys[commNumProtos] = {"ll", "simple"};
 
@@ -244,9 +244,10 @@ void commTunerFree(struct commComm* comm) {
   comm->tuner = NULL;
 }
 
-static const commTunerFunc_t tunerFuncOf[commNumFuncs] = {
-    COMM_TUNER_FUNC_ALLREDUCE, COMM_TUNER_FUNC_BROADCAST,     COMM_TUNER_FUNC_REDUCE,   COMM_TUNER_FUNC_ALLGATHER,
-    COMM_TUNER_FUNC_REDUCESCATTER, COMM_TUNER_FUNC_ALLTOALL, COMM_TUNER_FUNC_ALLTOALL};
+static const commTunerFunc_t tunerFuncOf[commNumFuncs] = {COMM_TUNER_FUNC_ALLREDUCE,     COMM_TUNER_FUNC_BROADCAST,
+                                                          COMM_TUNER_FUNC_REDUCE,        COMM_TUNER_FUNC_ALLGATHER,
+                                                          COMM_TUNER_FUNC_REDUCESCATTER, COMM_TUNER_FUNC_ALLTOALL,
+                                                          COMM_TUNER_FUNC_ALLTOALL};
 
 _Static_assert((int)COMM_TUNER_NUM_ALGOS == (int)commNumAlgos, "tuner plugin rows must match the algorithms");
 _Static_assert((int)COMM_TUNER_NUM_PROTOS == (int)commNumProtos, "tuner plugin columns must match the protocols");
@@ -254,8 +255,7 @@ _Static_assert((int)COMM_TUNER_NUM_PROTOS == (int)commNumProtos, "tuner plugin c
 /* Can this communicator run algo for this call at all? (beyond the algorithm implementing func) */
 static int runnable(const struct commComm* comm, int algo, commFunc_t func, size_t nBytes) {
   if (commAlgoBuilder(algo, func) == NULL) return 0;
-  if (algo == commAlgoOneShot)
-    return comm->nRanks <= COMM_ONESHOT_MAX_RANKS && nBytes <= comm->oneShotMaxBytes;
+  if (algo == commAlgoOneShot) return comm->nRanks <= COMM_ONESHOT_MAX_RANKS && nBytes <= comm->oneShotMaxBytes;
   return 1;
 }
 
@@ -323,9 +323,9 @@ commResult_t commTuneChoose(struct commComm* comm, commFunc_t func, size_t count
   out->nChannels = pluginChannels ? pluginChannels : commTuneChannels(m, func, best, nBytes);
   out->chunkBytes = commTuneChunkBytes(m, bestProto);
   out->repeatable = !t->plugin;
-  out->predictedUs = table[best][bestProto] >= 0 ? table[best][bestProto]
-                                                  : commTunePredict(m, func, best, bestProto, nBytes, out->nChannels,
-                                                                    out->chunkBytes, NULL);
+  out->predictedUs = table[best][bestProto] >= 0
+                         ? table[best][bestProto]
+                         : commTunePredict(m, func, best, bestProto, nBytes, out->nChannels, out->chunkBytes, NULL);
   if (!t->plugin) {
     hit->valid = 1;
     hit->func = (int)func;

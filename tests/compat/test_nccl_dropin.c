@@ -41,20 +41,20 @@ int ncclTeamRankToWorld(ncclComm_t comm, teamT team, int rank);
 #define MAXN 16
 static int nRanks = 3, me = -1, failures;
 
-#define CHECK(cond, ...)                                                  \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      fprintf(stderr, "rank %d: FAIL %s:%d: ", me, __FILE__, __LINE__);   \
-      fprintf(stderr, __VA_ARGS__);                                       \
-      fprintf(stderr, "\n");                                              \
-      failures++;                                                         \
-    }                                                                     \
+#define CHECK(cond, ...)                                                \
+  do {                                                                  \
+    if (!(cond)) {                                                      \
+      fprintf(stderr, "rank %d: FAIL %s:%d: ", me, __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                                     \
+      fprintf(stderr, "\n");                                            \
+      failures++;                                                       \
+    }                                                                   \
   } while (0)
-#define NCCLOK(call)                                                                                    \
-  do {                                                                                                  \
-    ncclResult_t r_ = (call);                                                                           \
-    CHECK(r_ == ncclSuccess, "%s returned %d (%s): %s", #call, (int)r_, ncclGetErrorString(r_),          \
-          ncclGetLastError(NULL));                                                                      \
+#define NCCLOK(call)                                                                            \
+  do {                                                                                          \
+    ncclResult_t r_ = (call);                                                                   \
+    CHECK(r_ == ncclSuccess, "%s returned %d (%s): %s", #call, (int)r_, ncclGetErrorString(r_), \
+          ncclGetLastError(NULL));                                                              \
   } while (0)
 
 static void collectives(ncclComm_t comm) {
@@ -67,8 +67,7 @@ static void collectives(ncclComm_t comm) {
   NCCLOK(ncclAllReduce(s, r, n, ncclFloat, ncclSum, comm, NULL));
   for (size_t i = 0; i < n; i++) CHECK(r[i] == sumRanks + nRanks * (float)(i % 7), "allreduce[%zu] %g", i, r[i]);
   NCCLOK(ncclAllReduce(s, r, n, ncclFloat, ncclAvg, comm, NULL));
-  for (size_t i = 0; i < n; i++)
-    CHECK(r[i] == (sumRanks + nRanks * (float)(i % 7)) / nRanks, "avg[%zu] %g", i, r[i]);
+  for (size_t i = 0; i < n; i++) CHECK(r[i] == (sumRanks + nRanks * (float)(i % 7)) / nRanks, "avg[%zu] %g", i, r[i]);
   float half = 0.5f;
   ncclRedOp_t pre;
   NCCLOK(ncclRedOpCreatePreMulSum(&pre, &half, ncclFloat, ncclScalarHostImmediate, comm));
@@ -213,8 +212,7 @@ static int rankMain(ncclUniqueId id, ncclUniqueId abortId) {
   NCCLOK(ncclAllReduce(sx, sy, 64, ncclFloat, ncclSum, comm, NULL));
   NCCLOK(ncclAllGather(sx, sy, 16, ncclFloat, comm, NULL));
   NCCLOK(ncclGroupSimulateEnd(&sim));
-  CHECK(sim.estimatedTime > 0.0f && sy[0] == -1.0f, "simulated group: %g us, recvbuff %g", sim.estimatedTime,
-        sy[0]);
+  CHECK(sim.estimatedTime > 0.0f && sy[0] == -1.0f, "simulated group: %g us, recvbuff %g", sim.estimatedTime, sy[0]);
   NCCLOK(ncclGroupStart());
   NCCLOK(ncclGroupStart());
   CHECK(ncclGroupSimulateEnd(&sim) == ncclInvalidUsage, "simulating an inner group");

@@ -50,9 +50,9 @@ int ownHostsMode; /* -H */
 #define MAX_PRINTED 20
 
 enum { AR, BC, RD, AG, RS, A2A, SR_RING, SR_ALL, NCOLL };
-static const char* collName[NCOLL] = {"allreduce", "broadcast",     "reduce",   "allgather",
-                                      "reducescatter", "alltoall", "sendrecv-ring", "sendrecv-all"};
-static const char* typeName[commNumTypes] = {"int8",    "uint8",   "int32",    "uint32",     "int64",     "uint64",
+static const char* collName[NCOLL] = {"allreduce",     "broadcast", "reduce",        "allgather",
+                                      "reducescatter", "alltoall",  "sendrecv-ring", "sendrecv-all"};
+static const char* typeName[commNumTypes] = {"int8",    "uint8",   "int32",   "uint32",   "int64",      "uint64",
                                              "float16", "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
 static const size_t typeSize[commNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
 static const char* opName[commNumOps] = {"sum", "prod", "max", "min", "avg"};
@@ -104,10 +104,10 @@ static void initEncodings(void) {
     for (int t = 0; t < commNumTypes; t++) enc[t][v] = v; /* the integer types */
     enc[commFloat32][v] = fb;
     memcpy(&enc[commFloat64][v], &d, 8);
-    enc[commFloat16][v] = miniFloat(v, 5, 10);    /* 1.0 = 0x3C00, 2.0 = 0x4000 */
-    enc[commBfloat16][v] = fb >> 16;              /* 1.0 = 0x3F80, 2.0 = 0x4000 */
-    enc[commFloat8e4m3][v] = miniFloat(v, 4, 3);  /* 1.0 = 0x38, 2.0 = 0x40 */
-    enc[commFloat8e5m2][v] = miniFloat(v, 5, 2);  /* 1.0 = 0x3C, 2.0 = 0x40 */
+    enc[commFloat16][v] = miniFloat(v, 5, 10);   /* 1.0 = 0x3C00, 2.0 = 0x4000 */
+    enc[commBfloat16][v] = fb >> 16;             /* 1.0 = 0x3F80, 2.0 = 0x4000 */
+    enc[commFloat8e4m3][v] = miniFloat(v, 4, 3); /* 1.0 = 0x38, 2.0 = 0x40 */
+    enc[commFloat8e5m2][v] = miniFloat(v, 5, 2); /* 1.0 = 0x3C, 2.0 = 0x40 */
   }
 }
 static int isFloatType(commDataType_t t) { return t >= commFloat16; }
@@ -134,7 +134,9 @@ static size_t recvLen(const caseT* c, int n) {
 static size_t sendElems(const caseT* c, int n) {
   switch (c->coll) {
     case AG: return c->inplace ? (size_t)n * c->count : c->count;
-    case RS: case A2A: case SR_ALL: return (size_t)n * c->count;
+    case RS:
+    case A2A:
+    case SR_ALL: return (size_t)n * c->count;
     default: return c->count;
   }
 }
@@ -153,7 +155,8 @@ static double sumAll(const caseT* c, int n, size_t k) {
 static double expectAt(const caseT* c, int rank, int n, size_t i) {
   size_t cnt = c->count;
   switch (c->coll) {
-    case AR: case RD: return c->scale * sumAll(c, n, i);
+    case AR:
+    case RD: return c->scale * sumAll(c, n, i);
     case RS: return c->scale * sumAll(c, n, (size_t)rank * cnt + i);
     case BC: return genVal(c, c->root, i);
     case AG: return genVal(c, (int)(i / cnt), i % cnt);
@@ -366,10 +369,10 @@ static int runCase(rankCtx* x, caseT* c) {
   return agreeResult(x, cudaBad, bad, what);
 }
 
-#define RUN(...)                                  \
-  do {                                            \
-    caseT c_ = {__VA_ARGS__};                     \
-    if (runCase(x, &c_) < 0) return -1;           \
+#define RUN(...)                        \
+  do {                                  \
+    caseT c_ = {__VA_ARGS__};           \
+    if (runCase(x, &c_) < 0) return -1; \
   } while (0)
 
 /* Pre-multiplied sums on float32: host-immediate 2.0; device-resident 0.5 (reference: host-immediate 0.5). */
@@ -386,16 +389,29 @@ static int runPremul(rankCtx* x) {
   if (r[0] != commSuccess || r[1] != commSuccess || r[2] != commSuccess)
     report(x, "commRedOpCreatePreMulSum", "host-immediate 2.0: %d, host-immediate 0.5: %d, device 0.5: %d", (int)r[0],
            (int)r[1], (int)r[2]);
-  int fHost = agree(x, r[0] == commSuccess && r[1] == commSuccess ? 1 : 2), fDev = agree(x, r[2] == commSuccess ? 1 : 2);
+  int fHost = agree(x, r[0] == commSuccess && r[1] == commSuccess ? 1 : 2),
+      fDev = agree(x, r[2] == commSuccess ? 1 : 2);
   if (fHost != 1 || fDev != 1) agreeResult(x, 0, 1, "commRedOpCreatePreMulSum");
   static const size_t full[] = {7, 65537}, quick[] = {1001};
   int rc = 0;
   for (int i = 0; i < (x->quick ? 1 : 2) && rc == 0; i++)
     for (int ip = 0; ip < 2 && rc == 0; ip++) {
-      caseT a = {.coll = AR, .type = commFloat32, .op = op[0], .dop = op[0], .opName = "premulsum(host 2.0)",
-                 .count = x->quick ? quick[i] : full[i], .inplace = ip, .scale = 2.0};
-      caseT b = {.coll = AR, .type = commFloat32, .op = op[1], .dop = op[2], .opName = "premulsum(device 0.5)",
-                 .count = a.count, .inplace = ip, .scale = 0.5};
+      caseT a = {.coll = AR,
+                 .type = commFloat32,
+                 .op = op[0],
+                 .dop = op[0],
+                 .opName = "premulsum(host 2.0)",
+                 .count = x->quick ? quick[i] : full[i],
+                 .inplace = ip,
+                 .scale = 2.0};
+      caseT b = {.coll = AR,
+                 .type = commFloat32,
+                 .op = op[1],
+                 .dop = op[2],
+                 .opName = "premulsum(device 0.5)",
+                 .count = a.count,
+                 .inplace = ip,
+                 .scale = 0.5};
       if (fHost == 1) rc = runCase(x, &a);
       if (rc == 0 && fHost == 1 && fDev == 1) rc = runCase(x, &b);
     }
@@ -441,8 +457,8 @@ static int runAll(rankCtx* x) {
   }
   if (runPremul(x) < 0) return -1;
   for (int k = 0; k < NCOLL; k++)
-    RUN(.coll = k, .type = commFloat32, .op = commSum, .dop = commSum, .opName = "sum", .count = 1001,
-        .async = 1, .scale = 1);
+    RUN(.coll = k, .type = commFloat32, .op = commSum, .dop = commSum, .opName = "sum", .count = 1001, .async = 1,
+        .scale = 1);
   if (runMixed(x) < 0) return -1;
   if (runRepeat(x) < 0) return -1;
   if (runStreamOrder(x) < 0) return -1;
@@ -461,7 +477,9 @@ static void rankMain(rankCtx* x) {
   x->hr = malloc(x->cap);
   x->res = malloc(x->cap);
   ok = ok && x->hs && x->hr && x->res;
-  if (!ok) report(x, "setup", "CUDA setup or allocation of %zu bytes failed: %s", x->cap, cudaGetErrorName(cudaGetLastError()));
+  if (!ok)
+    report(x, "setup", "CUDA setup or allocation of %zu bytes failed: %s", x->cap,
+           cudaGetErrorName(cudaGetLastError()));
   if (agree(x, ok ? 1 : 2) == 1) {
     commResult_t rc = commInitRank(&x->comm, x->n, x->ids[0], x->rank);
     if (rc != commSuccess) report(x, "commInitRank", "returned %d (%s)", (int)rc, commGetErrorString(rc));

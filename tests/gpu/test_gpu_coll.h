@@ -13,7 +13,7 @@
 
 typedef struct {
   int rank, n, quick, procMode, dev; /* dev: the CUDA device of this rank */
-  commUniqueId ids[3]; /* main, timeout, abort communicators */
+  commUniqueId ids[3];               /* main, timeout, abort communicators */
   comm_t comm;
   cudaStream_t stream;
   char *hs, *hr, *res, *ds, *dr;

@@ -13,7 +13,8 @@
 /* Host send buffer with a device receive buffer, and the reverse: commInvalidArgument, nothing enqueued. */
 int runMixed(rankCtx* x) {
   for (int dir = 0; dir < 2; dir++) {
-    const char* what = dir ? "allreduce float32 device sendbuff, host recvbuff" : "allreduce float32 host sendbuff, device recvbuff";
+    const char* what = dir ? "allreduce float32 device sendbuff, host recvbuff"
+                           : "allreduce float32 host sendbuff, device recvbuff";
     commResult_t rc = commAllReduce(dir ? x->ds : x->hs, dir ? x->hr : x->dr, 1001, commFloat32, commSum, x->comm,
                                     (commStream_t)x->stream);
     int bad = rc != commInvalidArgument, cudaBad = 0;
@@ -38,10 +39,12 @@ int runRepeat(rankCtx* x) {
     for (size_t i = 0; i < cnt; i++) in[i] = (int32_t)((x->rank * 7 + it * 13 + (int)i) % 101);
     cudaError_t ce = cudaMemcpyAsync(x->ds, in, cnt * sizeof(int32_t), cudaMemcpyHostToDevice, st);
     if (ce == cudaSuccess) ce = cudaMemsetAsync(x->dr, 0, cnt * sizeof(int32_t), st);
-    commResult_t rc = ce == cudaSuccess ? commAllReduce(x->ds, x->dr, cnt, commInt32, commMax, x->comm, (commStream_t)st)
-                                        : commInternalError;
+    commResult_t rc = ce == cudaSuccess
+                          ? commAllReduce(x->ds, x->dr, cnt, commInt32, commMax, x->comm, (commStream_t)st)
+                          : commInternalError;
     if (ce != cudaSuccess || rc != commSuccess)
-      report(x, what, "call %d: commAllReduce %d (%s), CUDA %s", it, (int)rc, commGetErrorString(rc), cudaGetErrorName(ce));
+      report(x, what, "call %d: commAllReduce %d (%s), CUDA %s", it, (int)rc, commGetErrorString(rc),
+             cudaGetErrorName(ce));
     int f = agreeCall(x, ce == cudaSuccess && rc == commSuccess, what);
     if (f < 0) return -1;
     int bad = f != 0, cudaBad = 0;
@@ -79,7 +82,7 @@ static void CUDART_CB sleepFn(void* arg) {
  * element ends as n^calls (mod 2^32). A small count (LL, one channel) and 4 MiB (Simple, several). */
 int runStreamOrder(rankCtx* x) {
   const size_t counts[2] = {1001, x->cap / sizeof(uint32_t) < ((size_t)1 << 20) ? x->cap / sizeof(uint32_t)
-                                                                                 : (size_t)1 << 20};
+                                                                                : (size_t)1 << 20};
   const int calls = 9, destroyAt = 4;
   for (int c = 0; c < 2; c++) {
     const size_t cnt = counts[c];
@@ -92,7 +95,8 @@ int runStreamOrder(rankCtx* x) {
     for (int i = 0; i < 3; i++) cudaBad |= cudaStreamCreateWithFlags(&sts[i], cudaStreamNonBlocking) != cudaSuccess;
     uint32_t* h = (uint32_t*)x->res;
     for (size_t i = 0; i < cnt; i++) h[i] = 1;
-    if (!cudaBad) cudaBad = cudaMemcpyAsync(x->dr, h, cnt * sizeof(uint32_t), cudaMemcpyHostToDevice, sts[0]) != cudaSuccess;
+    if (!cudaBad)
+      cudaBad = cudaMemcpyAsync(x->dr, h, cnt * sizeof(uint32_t), cudaMemcpyHostToDevice, sts[0]) != cudaSuccess;
     if (!cudaBad) cudaBad = cudaStreamSynchronize(sts[0]) != cudaSuccess;
     if (cudaBad) report(x, what, "setting up the streams failed");
     if (agree(x, cudaBad)) {
@@ -106,10 +110,12 @@ int runStreamOrder(rankCtx* x) {
     for (; k < calls; k++) {
       cudaStream_t st = sts[k % 3];
       cudaError_t ce = k % 3 == 1 ? cudaLaunchHostFunc(st, sleepFn, NULL) : cudaSuccess;
-      commResult_t rc = ce == cudaSuccess ? commAllReduce(x->dr, x->dr, cnt, commUint32, commSum, x->comm, (commStream_t)st)
-                                          : commInternalError;
+      commResult_t rc = ce == cudaSuccess
+                            ? commAllReduce(x->dr, x->dr, cnt, commUint32, commSum, x->comm, (commStream_t)st)
+                            : commInternalError;
       if (ce != cudaSuccess || rc != commSuccess)
-        report(x, what, "call %d: commAllReduce %d (%s), CUDA %s", k, (int)rc, commGetErrorString(rc), cudaGetErrorName(ce));
+        report(x, what, "call %d: commAllReduce %d (%s), CUDA %s", k, (int)rc, commGetErrorString(rc),
+               cudaGetErrorName(ce));
       int f = agreeCall(x, ce == cudaSuccess && rc == commSuccess, what);
       if (f < 0) return -1;
       if (f == 1) break;
@@ -195,7 +201,11 @@ int runGraph(rankCtx* x) {
   return 0;
 }
 
-typedef struct { comm_t comm; int go, done; commResult_t rc; } watchT; /* the abort's watchdog thread */
+typedef struct {
+  comm_t comm;
+  int go, done;
+  commResult_t rc;
+} watchT; /* the abort's watchdog thread */
 static void* watchMain(void* p) {
   watchT* w = p;
   double t0 = now();
@@ -273,8 +283,7 @@ int runSolo(rankCtx* x, int isAbort) {
     if ((cudaBad = q != cudaSuccess)) report(x, what, "stream after the abort: %s", cudaGetErrorName(q));
   }
   agree(x, 1); /* rank 0 is done */
-  if (!solo && (rc = commAbort(c)) != commSuccess && (bad = 1))
-    report(x, what, "commAbort returned %d", (int)rc);
+  if (!solo && (rc = commAbort(c)) != commSuccess && (bad = 1)) report(x, what, "commAbort returned %d", (int)rc);
   return agreeResult(x, cudaBad, bad, what);
 }
 
@@ -303,8 +312,7 @@ int runPeerGone(rankCtx* x) {
   if (bad)
     report(x, what, "the call returned %d and commGetAsyncError %d after %.1f s (expected commRemoteError)", (int)rc,
            (int)async, took);
-  else if (verbose)
-    printf("test_gpu_coll: rank %d: %s: after %.2f s\n", x->rank, what, took);
+  else if (verbose) printf("test_gpu_coll: rank %d: %s: after %.2f s\n", x->rank, what, took);
   countCase(x, bad);
   commAbort(x->comm);
   x->comm = NULL;

@@ -19,23 +19,31 @@ static inline double itNowSec(void) {
 
 static inline size_t itTypeSize(commDataType_t t) {
   switch (t) {
-    case commInt8: case commUint8: case commFloat8e4m3: case commFloat8e5m2: return 1;
-    case commFloat16: case commBfloat16: return 2;
-    case commInt32: case commUint32: case commFloat32: return 4;
-    case commInt64: case commUint64: case commFloat64: return 8;
+    case commInt8:
+    case commUint8:
+    case commFloat8e4m3:
+    case commFloat8e5m2: return 1;
+    case commFloat16:
+    case commBfloat16: return 2;
+    case commInt32:
+    case commUint32:
+    case commFloat32: return 4;
+    case commInt64:
+    case commUint64:
+    case commFloat64: return 8;
     default: return 0;
   }
 }
 
 static inline const char* itTypeName(commDataType_t t) {
-  static const char* names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16",
-                                "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
+  static const char* names[] = {"int8",    "uint8",   "int32",   "uint32",   "int64",      "uint64",
+                                "float16", "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
   return (t >= 0 && t < commNumTypes) ? names[t] : "?";
 }
 
 static inline int itTypeIsFloat(commDataType_t t) {
-  return t == commFloat16 || t == commFloat32 || t == commFloat64 || t == commBfloat16 ||
-         t == commFloat8e4m3 || t == commFloat8e5m2;
+  return t == commFloat16 || t == commFloat32 || t == commFloat64 || t == commBfloat16 || t == commFloat8e4m3 ||
+         t == commFloat8e5m2;
 }
 static inline int itTypeIsSigned(commDataType_t t) {
   return t == commInt8 || t == commInt32 || t == commInt64 || itTypeIsFloat(t);
@@ -80,9 +88,12 @@ static inline uint32_t itMiniEncode(itMiniFmt f, double v) {
     int e2;
     frexp(a, &e2); /* a = frac * 2^e2, frac in [0.5, 1) */
     int e = e2 - 1;
-    if (e < 1 - f.bias) e = 1 - f.bias; /* subnormal range */
+    if (e < 1 - f.bias) e = 1 - f.bias;          /* subnormal range */
     double m = nearbyint(ldexp(a, f.mbits - e)); /* mantissa with implicit bit, rounded */
-    if (m >= ldexp(1.0, f.mbits + 1)) { m /= 2; e += 1; }
+    if (m >= ldexp(1.0, f.mbits + 1)) {
+      m /= 2;
+      e += 1;
+    }
     uint32_t efield = (m >= ldexp(1.0, f.mbits)) ? (uint32_t)(e + f.bias) : 0u;
     uint32_t mfield = (uint32_t)m & ((1u << f.mbits) - 1u);
     if (efield > emax || (!f.ieeeSpecials && efield == emax && mfield == (1u << f.mbits) - 1u)) {

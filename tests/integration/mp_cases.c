@@ -6,8 +6,8 @@
 
 #include "mp_colls.h"
 
-const char* collName[] = {"allreduce", "broadcast", "reduce", "allgather", "reducescatter",
-                          "alltoall", "sendrecv-ring", "sendrecv-allpairs"};
+const char* collName[] = {"allreduce",     "broadcast", "reduce",        "allgather",
+                          "reducescatter", "alltoall",  "sendrecv-ring", "sendrecv-allpairs"};
 const char* opName[] = {"sum", "prod", "max", "min", "avg", "premulsum", "-"};
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -23,14 +23,17 @@ static uint64_t mix(uint64_t x) {
 static double copyRange(commDataType_t t, int* centered) {
   *centered = 1;
   switch (t) {
-    case commInt8: case commUint8: *centered = 0; return 256;
-    case commInt32: case commUint32: *centered = 0; return 4294967296.0;
-    case commInt64: case commUint64: *centered = 0; return 2199023255552.0; /* 2^41 */
-    case commFloat16: return 4096;       /* integers -2048..2047 */
-    case commBfloat16: return 512;       /* -256..255 */
-    case commFloat8e4m3: return 33;      /* -16..16 */
-    case commFloat8e5m2: return 17;      /* -8..8 */
-    case commFloat32: return 33554432.0; /* -2^24..2^24-1 */
+    case commInt8:
+    case commUint8: *centered = 0; return 256;
+    case commInt32:
+    case commUint32: *centered = 0; return 4294967296.0;
+    case commInt64:
+    case commUint64: *centered = 0; return 2199023255552.0; /* 2^41 */
+    case commFloat16: return 4096;                          /* integers -2048..2047 */
+    case commBfloat16: return 512;                          /* -256..255 */
+    case commFloat8e4m3: return 33;                         /* -16..16 */
+    case commFloat8e5m2: return 17;                         /* -8..8 */
+    case commFloat32: return 33554432.0;                    /* -2^24..2^24-1 */
     default: return 2199023255552.0;
   }
 }
@@ -48,8 +51,7 @@ double genRaw(const tcase* c, int q, size_t j) {
       return centered ? v - floor(range / 2) : v;
     }
     case OP_SUM:
-    case OP_PREMUL:
-      return sgn ? (double)(h % 3) - 1 : (double)(h % 3);
+    case OP_PREMUL: return sgn ? (double)(h % 3) - 1 : (double)(h % 3);
     case OP_PROD: {
       int two = (N <= 16) ? ((j + (size_t)q) % 4 == 0) : ((j + (size_t)q) % (size_t)N == 0);
       double v = two ? 2 : 1;
@@ -57,8 +59,7 @@ double genRaw(const tcase* c, int q, size_t j) {
       return v;
     }
     case OP_MAX:
-    case OP_MIN:
-      return (double)(h % 11) - (sgn ? 5 : 0);
+    case OP_MIN: return (double)(h % 11) - (sgn ? 5 : 0);
     case OP_AVG: {
       double w;
       if (t == commFloat8e4m3 || t == commFloat8e5m2) {
@@ -83,7 +84,8 @@ static double reduceRef(const tcase* c, size_t j, int (*idx)(const tcase*, int, 
     idx(c, rank, j, &k);
     double v = inVal(c, q, k);
     switch (c->op) {
-      case OP_SUM: case OP_AVG: acc = (q == 0) ? v : acc + v; break;
+      case OP_SUM:
+      case OP_AVG: acc = (q == 0) ? v : acc + v; break;
       case OP_PREMUL: acc = (q == 0) ? v * c->scalar : acc + v * c->scalar; break;
       case OP_PROD: acc = (q == 0) ? v : acc * v; break;
       case OP_MAX: acc = (q == 0 || v > acc) ? v : acc; break;
@@ -93,8 +95,16 @@ static double reduceRef(const tcase* c, size_t j, int (*idx)(const tcase*, int, 
   if (c->op == OP_AVG) acc /= N;
   return itCanon(c->type, acc);
 }
-static int idxSame(const tcase* c, int rank, size_t j, size_t* k) { (void)c; (void)rank; *k = j; return 1; }
-static int idxScatter(const tcase* c, int rank, size_t j, size_t* k) { *k = (size_t)rank * c->count + j; return 1; }
+static int idxSame(const tcase* c, int rank, size_t j, size_t* k) {
+  (void)c;
+  (void)rank;
+  *k = j;
+  return 1;
+}
+static int idxScatter(const tcase* c, int rank, size_t j, size_t* k) {
+  *k = (size_t)rank * c->count + j;
+  return 1;
+}
 
 /* All-pairs: elements that rank s sends to rank d. Different for every pair, zero for some. */
 size_t pairCount(const tcase* c, int s, int d) { return (c->count * (size_t)((s * 3 + d * 5) % 4)) / 3; }
@@ -203,11 +213,11 @@ void buildBatches(void) {
 }
 
 void buildCases(void) {
-  static const commDataType_t allTypes[] = {commInt8, commUint8, commInt32, commUint32, commInt64, commUint64,
-                                            commFloat16, commFloat32, commFloat64, commBfloat16,
-                                            commFloat8e4m3, commFloat8e5m2};
-  static const commDataType_t quickTypes[] = {commInt8, commInt32, commUint64, commFloat16, commFloat32,
-                                              commFloat64, commBfloat16, commFloat8e4m3};
+  static const commDataType_t allTypes[] = {commInt8,    commUint8,    commInt32,      commUint32,
+                                            commInt64,   commUint64,   commFloat16,    commFloat32,
+                                            commFloat64, commBfloat16, commFloat8e4m3, commFloat8e5m2};
+  static const commDataType_t quickTypes[] = {commInt8,    commInt32,   commUint64,   commFloat16,
+                                              commFloat32, commFloat64, commBfloat16, commFloat8e4m3};
   const commDataType_t* types = quick ? quickTypes : allTypes;
   int ntypes = quick ? 8 : 12;
   static const size_t counts[] = {0, 1, 7, 1023};

@@ -61,10 +61,10 @@ static void fatal(rankst* rk, const char* what, commResult_t res) {
   fflush(stderr);
   exit(2);
 }
-#define CALL(rk, expr)                                 \
-  do {                                                 \
-    commResult_t r_ = (expr);                          \
-    if (r_ != commSuccess) fatal((rk), #expr, r_);     \
+#define CALL(rk, expr)                             \
+  do {                                             \
+    commResult_t r_ = (expr);                      \
+    if (r_ != commSuccess) fatal((rk), #expr, r_); \
   } while (0)
 
 static void failf(rankst* rk, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -83,7 +83,10 @@ static void failf(rankst* rk, const char* fmt, ...) {
 static void* guardedAlloc(size_t bytes, unsigned char** block, size_t* blockBytes) {
   *blockBytes = bytes + 2 * GUARD;
   *block = malloc(*blockBytes);
-  if (!*block) { fprintf(stderr, "mp_colls: out of memory (%zu bytes)\n", bytes); exit(2); }
+  if (!*block) {
+    fprintf(stderr, "mp_colls: out of memory (%zu bytes)\n", bytes);
+    exit(2);
+  }
   memset(*block, GUARD_BYTE, GUARD);
   memset(*block + GUARD + bytes, GUARD_BYTE, GUARD);
   return *block + GUARD;
@@ -107,18 +110,31 @@ static void setup(rankst* rk, caseState* cs, const tcase* c) {
   cs->send = cs->recv = NULL;
   cs->op = commSum;
   switch (c->coll) {
-    case C_ALLREDUCE: case C_BROADCAST: case C_REDUCE: case C_SENDRECV:
-      cs->sendElems = cs->recvElems = n; break;
-    case C_ALLGATHER: cs->sendElems = n; cs->recvElems = (size_t)N * n; break;
-    case C_REDUCESCATTER: cs->sendElems = (size_t)N * n; cs->recvElems = n; break;
+    case C_ALLREDUCE:
+    case C_BROADCAST:
+    case C_REDUCE:
+    case C_SENDRECV: cs->sendElems = cs->recvElems = n; break;
+    case C_ALLGATHER:
+      cs->sendElems = n;
+      cs->recvElems = (size_t)N * n;
+      break;
+    case C_REDUCESCATTER:
+      cs->sendElems = (size_t)N * n;
+      cs->recvElems = n;
+      break;
     case C_ALLTOALL: cs->sendElems = cs->recvElems = (size_t)N * n; break;
     case C_ALLPAIRS: {
       size_t so = 0, ro = 0;
       for (int p = 0; p < N; p++) {
-        cs->scnt[p] = pairCount(c, r, p); cs->sdispl[p] = so; so += cs->scnt[p];
-        cs->rcnt[p] = pairCount(c, p, r); cs->rdispl[p] = ro; ro += cs->rcnt[p];
+        cs->scnt[p] = pairCount(c, r, p);
+        cs->sdispl[p] = so;
+        so += cs->scnt[p];
+        cs->rcnt[p] = pairCount(c, p, r);
+        cs->rdispl[p] = ro;
+        ro += cs->rcnt[p];
       }
-      cs->sendElems = so; cs->recvElems = ro;
+      cs->sendElems = so;
+      cs->recvElems = ro;
       break;
     }
   }
@@ -362,7 +378,10 @@ static void childAllReduce(rankst** rks, comm_t* child, int m, const int* inChil
   if (m > 1) CALL(rks[0], commGroupStart());
   for (int k = 0; k < m; k++) {
     if (!child[k]) continue;
-    for (int i = 0; i < CN; i++) { send[k][i] = rks[k]->rank * 10 + i; recv[k][i] = -1; }
+    for (int i = 0; i < CN; i++) {
+      send[k][i] = rks[k]->rank * 10 + i;
+      recv[k][i] = -1;
+    }
     CALL(rks[k], commAllReduce(send[k], recv[k], CN, commInt32, commSum, child[k], NULL));
   }
   if (m > 1) CALL(rks[0], commGroupEnd());
@@ -471,11 +490,13 @@ static void testRunTimeScalar(rankst** rks, int m) {
     scalar[k] = 1.0f;
     CALL(rks[k], commRedOpCreatePreMulSum(&op[k], &scalar[k], commFloat32, commScalarDevice, rks[k]->comm));
     scalar[k] = 3.0f; /* read at run time: this is the scalar that counts */
-    for (int i = 0; i < CN; i++) { send[k][i] = (float)(rks[k]->rank + 1 + i); recv[k][i] = -1; }
+    for (int i = 0; i < CN; i++) {
+      send[k][i] = (float)(rks[k]->rank + 1 + i);
+      recv[k][i] = -1;
+    }
   }
   if (m > 1) CALL(rks[0], commGroupStart());
-  for (int k = 0; k < m; k++)
-    CALL(rks[k], commAllReduce(send[k], recv[k], CN, commFloat32, op[k], rks[k]->comm, NULL));
+  for (int k = 0; k < m; k++) CALL(rks[k], commAllReduce(send[k], recv[k], CN, commFloat32, op[k], rks[k]->comm, NULL));
   if (m > 1) CALL(rks[0], commGroupEnd());
   for (int k = 0; k < m; k++) {
     for (int i = 0; i < CN; i++) {
@@ -525,8 +546,8 @@ static long runRanks(rankst** rks, int m) {
   destroyComms(rks, comms, m);
   for (int k = 0; k < m; k++) {
     rankst* rk = rks[k];
-    printf("mp_colls: rank %d/%d: %ld cases, %ld checks, %ld failures, %.2f s\n", rk->rank, N, rk->cases,
-           rk->checks, rk->fails, itNowSec() - t0);
+    printf("mp_colls: rank %d/%d: %ld cases, %ld checks, %ld failures, %.2f s\n", rk->rank, N, rk->cases, rk->checks,
+           rk->fails, itNowSec() - t0);
     fails += rk->fails;
     for (int j = 0; j < MAX_BATCH; j++) free(rk->cs[j].scnt);
   }
@@ -612,19 +633,22 @@ int main(int argc, char** argv) {
     comm_t comm = NULL;
     commResult_t res = initRank(&comm, N, id, rank);
     if (res != commSuccess) {
-      fprintf(stderr, "mp_colls: FAIL: rank %d: commInitRank (env launch) returned %d (%s): %s\n", rank,
-              (int)res, commGetErrorString(res), commGetLastError(NULL));
+      fprintf(stderr, "mp_colls: FAIL: rank %d: commInitRank (env launch) returned %d (%s): %s\n", rank, (int)res,
+              commGetErrorString(res), commGetLastError(NULL));
       return 1;
     }
     long fails = runOneRank(comm, rank);
     printf("mp_colls: rank %d: %s\n", rank, fails ? "FAIL" : "PASS");
     return fails ? 1 : 0;
   }
-  if (N < 1 || N > 64 || (threads && group) || ranksPerHost < 0 || (ranksPerHost && (threads || group)))
-    return usage();
+  if (N < 1 || N > 64 || (threads && group) || ranksPerHost < 0 || (ranksPerHost && (threads || group))) return usage();
   buildCases();
   buildBatches();
-  printf("mp_colls: %d ranks (%s), %zu cases per rank\n", N, group ? "one thread, groups" : threads ? "threads" : "processes", ncases);
+  printf("mp_colls: %d ranks (%s), %zu cases per rank\n", N,
+         group     ? "one thread, groups"
+         : threads ? "threads"
+                   : "processes",
+         ncases);
 
   long fails = 0;
   if (group) {
@@ -641,7 +665,10 @@ int main(int argc, char** argv) {
       rks[k] = &st[k];
       int rank = -2;
       CALL(&st[k], commUserRank(comms[k], &rank));
-      if (rank != k) { fprintf(stderr, "mp_colls: FAIL: commInitAll: comms[%d] has rank %d\n", k, rank); return 1; }
+      if (rank != k) {
+        fprintf(stderr, "mp_colls: FAIL: commInitAll: comms[%d] has rank %d\n", k, rank);
+        return 1;
+      }
     }
     fails = runRanks(rks, N);
   } else {
@@ -654,7 +681,10 @@ int main(int argc, char** argv) {
         ta[r].id = id;
         ta[r].rank = r;
         ta[r].fails = 0;
-        if (pthread_create(&th[r], NULL, threadMain, &ta[r]) != 0) { perror("pthread_create"); return 2; }
+        if (pthread_create(&th[r], NULL, threadMain, &ta[r]) != 0) {
+          perror("pthread_create");
+          return 2;
+        }
       }
       for (int r = 0; r < N; r++) {
         pthread_join(th[r], NULL);
@@ -671,9 +701,15 @@ int main(int argc, char** argv) {
       fflush(NULL);
       for (int r = 0; r < N; r++) {
         int fds[2];
-        if (pipe(fds) != 0) { perror("pipe"); onAlarm(0); }
+        if (pipe(fds) != 0) {
+          perror("pipe");
+          onAlarm(0);
+        }
         pid_t pid = fork();
-        if (pid < 0) { perror("fork"); onAlarm(0); }
+        if (pid < 0) {
+          perror("fork");
+          onAlarm(0);
+        }
         if (pid == 0) {
           nchildren = 0; /* the watchdog of a rank kills nobody else */
           prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -710,7 +746,10 @@ int main(int argc, char** argv) {
       }
       CALL(NULL, commGetUniqueId(&id));
       for (int r = 0; r < N; r++) {
-        if (write(idPipe[r], &id, sizeof(id)) != (ssize_t)sizeof(id)) { perror("write"); onAlarm(0); }
+        if (write(idPipe[r], &id, sizeof(id)) != (ssize_t)sizeof(id)) {
+          perror("write");
+          onAlarm(0);
+        }
         close(idPipe[r]);
       }
       free(idPipe);
@@ -725,15 +764,17 @@ int main(int argc, char** argv) {
         }
         int r = -1;
         for (int i = 0; i < nchildren; i++)
-          if (children[i] == pid) { r = i; children[i] = 0; }
+          if (children[i] == pid) {
+            r = i;
+            children[i] = 0;
+          }
         if (r < 0) continue;
         left--;
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
           fails++;
           if (WIFSIGNALED(status))
             fprintf(stderr, "mp_colls: FAIL: rank %d killed by signal %d\n", r, WTERMSIG(status));
-          else
-            fprintf(stderr, "mp_colls: FAIL: rank %d exited with status %d\n", r, WEXITSTATUS(status));
+          else fprintf(stderr, "mp_colls: FAIL: rank %d exited with status %d\n", r, WEXITSTATUS(status));
           if (WIFSIGNALED(status) || WEXITSTATUS(status) >= 2) {
             /* an API error: the other ranks would wait for this one until their timeout */
             for (int i = 0; i < nchildren; i++)

@@ -55,8 +55,8 @@ static int mentions(const char* s, const char* words) {
 /* The WARN of the previous check: each bad call must leave its own message, not an older one. */
 static char prevMsg[1024];
 
-static void check(int line, const char* what, commResult_t got, commResult_t want, commResult_t alt,
-                  comm_t errComm, const char* words) {
+static void check(int line, const char* what, commResult_t got, commResult_t want, commResult_t alt, comm_t errComm,
+                  const char* words) {
   checks++;
   int ok = 1;
   char why[1024] = "";
@@ -89,32 +89,32 @@ static void check(int line, const char* what, commResult_t got, commResult_t wan
 }
 
 /* Run `call`, which must fail with `want` (or `alt`) and a WARN naming one of `words`. */
-#define EXPECT2(comm, call, want, alt, words)                              \
-  do {                                                                     \
-    fillBuffers();                                                         \
-    commResult_t res_ = (call);                                            \
-    check(__LINE__, #call, res_, (want), (alt), (comm), (words));          \
+#define EXPECT2(comm, call, want, alt, words)                     \
+  do {                                                            \
+    fillBuffers();                                                \
+    commResult_t res_ = (call);                                   \
+    check(__LINE__, #call, res_, (want), (alt), (comm), (words)); \
   } while (0)
 #define EXPECT(comm, call, want, words) EXPECT2(comm, call, want, want, words)
-#define MUST(call)                                                                                   \
-  do {                                                                                               \
-    commResult_t res_ = (call);                                                                      \
-    checks++;                                                                                        \
-    if (res_ != commSuccess) {                                                                       \
-      failures++;                                                                                    \
-      fprintf(stderr, "test_args:%d: FAIL: %s returned %d (%s): %s\n", __LINE__, #call, (int)res_,   \
-              commGetErrorString(res_), commGetLastError(NULL));                                     \
-    }                                                                                                \
+#define MUST(call)                                                                                 \
+  do {                                                                                             \
+    commResult_t res_ = (call);                                                                    \
+    checks++;                                                                                      \
+    if (res_ != commSuccess) {                                                                     \
+      failures++;                                                                                  \
+      fprintf(stderr, "test_args:%d: FAIL: %s returned %d (%s): %s\n", __LINE__, #call, (int)res_, \
+              commGetErrorString(res_), commGetLastError(NULL));                                   \
+    }                                                                                              \
   } while (0)
-#define ASSERT_TRUE(cond, ...)                                                 \
-  do {                                                                         \
-    checks++;                                                                  \
-    if (!(cond)) {                                                             \
-      failures++;                                                              \
-      fprintf(stderr, "test_args:%d: FAIL: %s: ", __LINE__, #cond);            \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fprintf(stderr, "\n");                                                   \
-    }                                                                          \
+#define ASSERT_TRUE(cond, ...)                                      \
+  do {                                                              \
+    checks++;                                                       \
+    if (!(cond)) {                                                  \
+      failures++;                                                   \
+      fprintf(stderr, "test_args:%d: FAIL: %s: ", __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                 \
+      fprintf(stderr, "\n");                                        \
+    }                                                               \
   } while (0)
 
 static const char* W_BUF = "buff|buffer|null|pointer";
@@ -212,13 +212,15 @@ static void testComm(comm_t comm, int nranks) {
   if (nranks > 1) {
     size_t half = SIZE_MAX / 2 + 1; /* fits with 1-byte elements, nranks * half does not */
     EXPECT(comm, commAllGather(sendbuf, recvbuf, half, commInt8, comm, NULL), commInvalidArgument, W_COUNT);
-    EXPECT(comm, commReduceScatter(sendbuf, recvbuf, half, commUint8, commSum, comm, NULL), commInvalidArgument, W_COUNT);
+    EXPECT(comm, commReduceScatter(sendbuf, recvbuf, half, commUint8, commSum, comm, NULL), commInvalidArgument,
+           W_COUNT);
     EXPECT(comm, commAllToAll(sendbuf, recvbuf, half, commInt8, comm, NULL), commInvalidArgument, W_COUNT);
   }
   EXPECT(comm, commAllGather(sendbuf, recvbuf, big, commFloat32, comm, NULL), commInvalidArgument, W_COUNT);
 
   /* bad datatypes */
-  EXPECT(comm, commAllReduce(sendbuf, recvbuf, 4, (commDataType_t)-1, commSum, comm, NULL), commInvalidArgument, W_TYPE);
+  EXPECT(comm, commAllReduce(sendbuf, recvbuf, 4, (commDataType_t)-1, commSum, comm, NULL), commInvalidArgument,
+         W_TYPE);
   EXPECT(comm, commAllReduce(sendbuf, recvbuf, 4, commNumTypes, commSum, comm, NULL), commInvalidArgument, W_TYPE);
   EXPECT(comm, commBroadcast(sendbuf, recvbuf, 4, commNumTypes, 0, comm, NULL), commInvalidArgument, W_TYPE);
   EXPECT(comm, commAllGather(sendbuf, recvbuf, 4, (commDataType_t)-1, comm, NULL), commInvalidArgument, W_TYPE);
@@ -282,7 +284,8 @@ static void testComm(comm_t comm, int nranks) {
 static void testOneRankWorks(comm_t comm) {
   int32_t in[5] = {1, -2, 3, -4, 5}, out[5] = {0};
   MUST(commAllReduce(in, out, 5, commInt32, commSum, comm, NULL));
-  for (int i = 0; i < 5; i++) ASSERT_TRUE(out[i] == in[i], "1-rank allreduce: element %d = %d, expected %d", i, out[i], in[i]);
+  for (int i = 0; i < 5; i++)
+    ASSERT_TRUE(out[i] == in[i], "1-rank allreduce: element %d = %d, expected %d", i, out[i], in[i]);
   float scal = 0.5f, fin[3] = {2, 4, -8}, fout[3] = {0};
   commRedOp_t op;
   MUST(commRedOpCreatePreMulSum(&op, &scal, commFloat32, commScalarHostImmediate, comm));
@@ -303,8 +306,8 @@ static void testDeadComm(void) {
   MUST(commDestroy(c));
   /* Destroyed: the library keeps the handle's magic dead (it does not hand the memory back while a stale
    * handle may still be used), so the call is rejected. */
-  EXPECT2(NULL, commAllReduce(sendbuf, recvbuf, 4, commInt32, commSum, c, NULL), commInvalidArgument,
-          commInvalidUsage, W_COMM);
+  EXPECT2(NULL, commAllReduce(sendbuf, recvbuf, 4, commInt32, commSum, c, NULL), commInvalidArgument, commInvalidUsage,
+          W_COMM);
   int v;
   EXPECT2(NULL, commCount(c, &v), commInvalidArgument, commInvalidUsage, W_COMM);
 }
@@ -344,16 +347,16 @@ static int testDevicePointers(comm_t comm) {
   int me = -1;
   MUST(commUserRank(comm, &me));
   const char* W_DEV = "device";
-#define DEVICE_CALL(call)                                                                  \
-  do {                                                                                     \
-    ASSERT_TRUE(memset8(dbuf, 0x77, BUF) == 0, "cuMemsetD8 failed");                       \
-    EXPECT2(comm, call, commInvalidUsage, commInvalidArgument, W_DEV);                     \
-    unsigned char back[BUF];                                                               \
-    memset(back, 0, sizeof(back));                                                         \
-    ASSERT_TRUE(dtoh(back, dbuf, BUF) == 0, "cuMemcpyDtoH failed");                        \
-    int same = 1;                                                                          \
-    for (int i = 0; i < BUF; i++) same &= back[i] == 0x77;                                 \
-    ASSERT_TRUE(same, "%s wrote to the device buffer it refused", #call);                  \
+#define DEVICE_CALL(call)                                                 \
+  do {                                                                    \
+    ASSERT_TRUE(memset8(dbuf, 0x77, BUF) == 0, "cuMemsetD8 failed");      \
+    EXPECT2(comm, call, commInvalidUsage, commInvalidArgument, W_DEV);    \
+    unsigned char back[BUF];                                              \
+    memset(back, 0, sizeof(back));                                        \
+    ASSERT_TRUE(dtoh(back, dbuf, BUF) == 0, "cuMemcpyDtoH failed");       \
+    int same = 1;                                                         \
+    for (int i = 0; i < BUF; i++) same &= back[i] == 0x77;                \
+    ASSERT_TRUE(same, "%s wrote to the device buffer it refused", #call); \
   } while (0)
   DEVICE_CALL(commAllReduce(sendbuf, d, 4, commInt32, commSum, comm, NULL));
   DEVICE_CALL(commAllReduce(d, recvbuf, 4, commInt32, commSum, comm, NULL));

@@ -25,21 +25,23 @@
 #include "itest.h"
 
 static int failures, checks;
-#define CHECK(cond, ...)                                                  \
-  do {                                                                    \
-    checks++;                                                             \
-    if (!(cond)) {                                                        \
-      failures++;                                                         \
-      fprintf(stderr, "test_faults:%d: FAIL: ", __LINE__);                \
-      fprintf(stderr, __VA_ARGS__);                                       \
-      fprintf(stderr, "\n");                                              \
-    }                                                                     \
+#define CHECK(cond, ...)                                   \
+  do {                                                     \
+    checks++;                                              \
+    if (!(cond)) {                                         \
+      failures++;                                          \
+      fprintf(stderr, "test_faults:%d: FAIL: ", __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                        \
+      fprintf(stderr, "\n");                               \
+    }                                                      \
   } while (0)
 
 /* Processes this program started: the watchdog kills them if a part hangs. */
 static pid_t pids[16];
 static int npids;
-static void trackPid(pid_t p) { if (npids < 16) pids[npids++] = p; }
+static void trackPid(pid_t p) {
+  if (npids < 16) pids[npids++] = p;
+}
 static void untrackPid(pid_t p) {
   for (int i = 0; i < npids; i++)
     if (pids[i] == p) pids[i] = 0;
@@ -125,16 +127,25 @@ static void testKilledPeer(int shmDisable) {
   setenv("COMM_TIMEOUT_MS", "5000", 1);
   setenv("COMM_SHM_DISABLE", shmDisable ? "1" : "0", 1);
   int fds[2], idPipe[KP_RANKS];
-  if (pipe(fds) != 0) { perror("pipe"); exit(2); }
+  if (pipe(fds) != 0) {
+    perror("pipe");
+    exit(2);
+  }
   pid_t parent = getpid(), rankPid[KP_RANKS];
   fflush(NULL);
   /* Fork first, then make the id and pass it down a pipe: no libcomm thread runs in the parent while it
    * forks (a fork beside running threads can leave an ASan allocator lock held in the child). */
   for (int r = 0; r < KP_RANKS; r++) {
     int idFds[2];
-    if (pipe(idFds) != 0) { perror("pipe"); exit(2); }
+    if (pipe(idFds) != 0) {
+      perror("pipe");
+      exit(2);
+    }
     pid_t p = fork();
-    if (p < 0) { perror("fork"); exit(2); }
+    if (p < 0) {
+      perror("fork");
+      exit(2);
+    }
     if (p == 0) {
       close(fds[0]);
       close(idFds[1]);
@@ -188,8 +199,8 @@ static void testKilledPeer(int shmDisable) {
            rep.rank, rep.code, commGetErrorString((commResult_t)rep.code), rep.elapsed, sinceKill, rep.msg,
            rep.abortCode, rep.abortElapsed);
     CHECK(rep.code == commRemoteError || rep.code == commTimeout,
-          "%s: rank %d: allreduce returned %d (%s), expected commRemoteError or commTimeout", label, rep.rank,
-          rep.code, commGetErrorString((commResult_t)rep.code));
+          "%s: rank %d: allreduce returned %d (%s), expected commRemoteError or commTimeout", label, rep.rank, rep.code,
+          commGetErrorString((commResult_t)rep.code));
     CHECK(sinceKill < 3.0 * KP_TIMEOUT_MS / 1000.0, "%s: rank %d: the error came %.2f s after the kill (limit %.1f s)",
           label, rep.rank, sinceKill, 3.0 * KP_TIMEOUT_MS / 1000.0);
     /* The peer by rank, or the transport's own words about the connection (a survivor may first see the
@@ -199,14 +210,15 @@ static void testKilledPeer(int shmDisable) {
     int timeoutMsg = rep.code == commTimeout && (strstr(rep.msg, "time") != NULL);
     CHECK(names || timeoutMsg,
           "%s: rank %d: commGetLastError names neither the dead peer (\"rank 2\") nor the transport's failure: "
-          "\"%s\"", label, rep.rank, rep.msg);
+          "\"%s\"",
+          label, rep.rank, rep.msg);
     CHECK(rep.abortCode == commSuccess, "%s: rank %d: commAbort after the failure returned %d", label, rep.rank,
           rep.abortCode);
     CHECK(rep.abortElapsed < 3.0 * KP_TIMEOUT_MS / 1000.0, "%s: rank %d: commAbort took %.2f s", label, rep.rank,
           rep.abortElapsed);
   }
-  CHECK(ready != KP_RANKS || results == KP_RANKS - 1, "%s: only %d of %d survivors reported a result", label,
-        results, KP_RANKS - 1);
+  CHECK(ready != KP_RANKS || results == KP_RANKS - 1, "%s: only %d of %d survivors reported a result", label, results,
+        KP_RANKS - 1);
   close(fds[0]);
   for (int r = 0; r < KP_RANKS; r++) {
     if (r == KP_VICTIM) continue;
@@ -235,8 +247,8 @@ static void* initMain(void* p) {
 }
 
 static comm_t blockedComm;
-static int entering;      /* set by the blocked thread just before its call */
-static int returned;      /* set after the call returned */
+static int entering; /* set by the blocked thread just before its call */
+static int returned; /* set after the call returned */
 static commResult_t blockedRes;
 static double tReturned;
 static void* blockedMain(void* p) {
@@ -264,8 +276,7 @@ static void testAbort(void) {
     pthread_create(&th[r], NULL, initMain, &a[r]);
   }
   for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
-  CHECK(a[0].res == commSuccess && a[1].res == commSuccess, "abort: init returned %d/%d", (int)a[0].res,
-        (int)a[1].res);
+  CHECK(a[0].res == commSuccess && a[1].res == commSuccess, "abort: init returned %d/%d", (int)a[0].res, (int)a[1].res);
   if (a[0].res != commSuccess || a[1].res != commSuccess) return;
 
   blockedComm = a[1].comm;
@@ -336,8 +347,8 @@ static void testInitTimeout(int viaConfig) {
    * early return, but not an immediate one. */
   CHECK(el >= 0.5 && el < 5.0, "%s: returned after %.2f s, expected about 1 s", label, el);
   CHECK(comm == NULL, "%s: a failed init left *comm = %p", label, (void*)comm);
-  CHECK(msg && (strstr(msg, "time") || strstr(msg, "Time")), "%s: the WARN does not mention the timeout: \"%s\"",
-        label, msg ? msg : "(null)");
+  CHECK(msg && (strstr(msg, "time") || strstr(msg, "Time")), "%s: the WARN does not mention the timeout: \"%s\"", label,
+        msg ? msg : "(null)");
   unsetenv("COMM_TIMEOUT_MS");
 }
 
@@ -345,7 +356,10 @@ static void testInitTimeout(int viaConfig) {
 static void inChild(void (*fn)(void)) {
   fflush(NULL);
   pid_t p = fork();
-  if (p < 0) { perror("fork"); exit(2); }
+  if (p < 0) {
+    perror("fork");
+    exit(2);
+  }
   if (p == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     failures = checks = 0;
@@ -355,7 +369,8 @@ static void inChild(void (*fn)(void)) {
   }
   trackPid(p);
   int status;
-  while (waitpid(p, &status, 0) < 0 && errno == EINTR) {}
+  while (waitpid(p, &status, 0) < 0 && errno == EINTR) {
+  }
   untrackPid(p);
   checks++;
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {

@@ -8,14 +8,14 @@
 
 #define N 4
 static int failures;
-#define CHECK(cond, ...)                           \
-  do {                                             \
-    if (!(cond)) {                                 \
+#define CHECK(cond, ...)                          \
+  do {                                            \
+    if (!(cond)) {                                \
       fprintf(stderr, "test_group_init: FAIL: "); \
-      fprintf(stderr, __VA_ARGS__);                \
-      fprintf(stderr, "\n");                       \
-      failures++;                                  \
-    }                                              \
+      fprintf(stderr, __VA_ARGS__);               \
+      fprintf(stderr, "\n");                      \
+      failures++;                                 \
+    }                                             \
   } while (0)
 #define OK(call) CHECK((call) == commSuccess, "%s: %s", #call, commGetLastError(NULL))
 
@@ -48,8 +48,7 @@ int main(void) {
       CHECK(out[r][i] == (float)(N * (N - 1) / 2 + N * i), "allreduce rank %d [%d] = %g", r, i, out[r][i]);
   /* Split in a group: even and odd ranks, the last rank opts out. */
   OK(commGroupStart());
-  for (int r = 0; r < N; r++)
-    OK(commSplit(comms[r], r == N - 1 ? COMM_SPLIT_NOCOLOR : r % 2, -r, &halves[r], NULL));
+  for (int r = 0; r < N; r++) OK(commSplit(comms[r], r == N - 1 ? COMM_SPLIT_NOCOLOR : r % 2, -r, &halves[r], NULL));
   OK(commGroupEnd());
   CHECK(halves[N - 1] == NULL, "the rank without a color got a communicator");
   for (int r = 0; r < N - 1; r++) {

@@ -20,8 +20,8 @@ static void* rankMain(void* arg) {
   comm_t comm;
   if (commInitRankConfig(&comm, 2, id, rank, &config) != commSuccess) return NULL;
   float v[5] = {1.0f, 2.0f, 3.0f, 4.0f, (float)rank};
-  ok[rank] = commAllReduce(v, v, 5, commFloat32, commSum, comm, NULL) == commSuccess && v[0] == 2.0f &&
-             v[3] == 8.0f && v[4] == 1.0f;
+  ok[rank] = commAllReduce(v, v, 5, commFloat32, commSum, comm, NULL) == commSuccess && v[0] == 2.0f && v[3] == 8.0f &&
+             v[4] == 1.0f;
   commFinalize(comm);
   commDestroy(comm);
   return NULL;

@@ -22,7 +22,9 @@
 
 #define NR 4
 
-static unsigned char pat(size_t i, int from, int round) { return (unsigned char)(i * 131u + (unsigned)from * 7u + (unsigned)round); }
+static unsigned char pat(size_t i, int from, int round) {
+  return (unsigned char)(i * 131u + (unsigned)from * 7u + (unsigned)round);
+}
 
 /* One exchange between ranks a and b (the others do nothing): `grouped` says which of them posts both
  * directions in one group; the other calls send, then recv. Fresh communicators each time, so that every

@@ -71,8 +71,8 @@ static int runRank(int rank, commUniqueId id, int doneRead, int doneWrite) {
       size_t wrong = 0;
       for (size_t i = 0; i < SL_BYTES && res == commSuccess; i++) wrong += buf[i] != pattern(i, round);
       if (res != commSuccess || wrong) {
-        fprintf(stderr, "test_sender_leaves: round %d: commRecv returned %d after %.2f s, %zu wrong bytes: %s\n",
-                round, (int)res, dt, wrong, commGetLastError(comm));
+        fprintf(stderr, "test_sender_leaves: round %d: commRecv returned %d after %.2f s, %zu wrong bytes: %s\n", round,
+                (int)res, dt, wrong, commGetLastError(comm));
         bad = 1;
       } else {
         printf("test_sender_leaves: round %d: 48 MiB received in %.3f s while the sender was away\n", round, dt);

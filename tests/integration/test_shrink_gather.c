@@ -22,14 +22,14 @@
 #define NR 4
 static int me, bad;
 
-#define CHECK(cond, ...)                                                      \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
+#define CHECK(cond, ...)                                                       \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "test_shrink_gather: rank %d: line %d: ", me, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                                           \
-      fprintf(stderr, "\n");                                                  \
-      bad = 1;                                                                \
-    }                                                                         \
+      fprintf(stderr, __VA_ARGS__);                                            \
+      fprintf(stderr, "\n");                                                   \
+      bad = 1;                                                                 \
+    }                                                                          \
   } while (0)
 
 static void gatherScatter(comm_t comm) {

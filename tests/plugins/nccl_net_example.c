@@ -49,10 +49,14 @@
 #if NCCL_EXAMPLE_NET_VERSION >= 8
 #define EX_MAGIC 0x4c43434eU /* "NCCL" */
 
-#define EX_WARN(...) \
-  do { if (exLog) exLog(NCCL_LOG_WARN, NCCL_NET, __FILE__, __LINE__, "NET/" EX_NAME " : " __VA_ARGS__); } while (0)
-#define EX_INFO(...) \
-  do { if (exLog) exLog(NCCL_LOG_INFO, NCCL_NET | NCCL_INIT, __FILE__, __LINE__, "NET/" EX_NAME " : " __VA_ARGS__); } while (0)
+#define EX_WARN(...)                                                                                 \
+  do {                                                                                               \
+    if (exLog) exLog(NCCL_LOG_WARN, NCCL_NET, __FILE__, __LINE__, "NET/" EX_NAME " : " __VA_ARGS__); \
+  } while (0)
+#define EX_INFO(...)                                                                                             \
+  do {                                                                                                           \
+    if (exLog) exLog(NCCL_LOG_INFO, NCCL_NET | NCCL_INIT, __FILE__, __LINE__, "NET/" EX_NAME " : " __VA_ARGS__); \
+  } while (0)
 
 static ncclDebugLogger_t exLog;
 static char exIfName[IF_NAMESIZE + 1];
@@ -161,20 +165,20 @@ static ncclResult_t exCheckDev(int dev) {
 }
 
 /* The fields every version has. */
-#define EX_FILL_PROPS(p)                        \
-  do {                                          \
-    memset(&(p), 0, sizeof(p));                 \
-    (p).name = exIfName;                        \
-    (p).pciPath = NULL;                         \
-    (p).guid = ntohl(exAddr.sin_addr.s_addr);   \
-    (p).ptrSupport = NCCL_PTR_HOST;             \
-    (p).regIsGlobal = 0;                        \
-    (p).speed = 10000;                          \
-    (p).port = 0;                               \
-    (p).latency = 0;                            \
-    (p).maxComms = 65536;                       \
-    (p).maxRecvs = 1;                           \
-    (p).netDeviceType = NCCL_NET_DEVICE_HOST;   \
+#define EX_FILL_PROPS(p)                                    \
+  do {                                                      \
+    memset(&(p), 0, sizeof(p));                             \
+    (p).name = exIfName;                                    \
+    (p).pciPath = NULL;                                     \
+    (p).guid = ntohl(exAddr.sin_addr.s_addr);               \
+    (p).ptrSupport = NCCL_PTR_HOST;                         \
+    (p).regIsGlobal = 0;                                    \
+    (p).speed = 10000;                                      \
+    (p).port = 0;                                           \
+    (p).latency = 0;                                        \
+    (p).maxComms = 65536;                                   \
+    (p).maxRecvs = 1;                                       \
+    (p).netDeviceType = NCCL_NET_DEVICE_HOST;               \
     (p).netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION; \
   } while (0)
 
@@ -710,7 +714,5 @@ EX_EXPORT ncclNet_v10_t ncclNetPlugin_v10 = {
 #if NCCL_EXAMPLE_NET_VERSION == 7
 /* Only the symbol of an older NCCL plugin ABI: a loader that takes v8 and later must refuse the library
  * (and never call into this table, which is not a real v7 table). */
-EX_EXPORT struct {
-  const char* name;
-} ncclNetPlugin_v7 = {EX_NAME "V7"};
+EX_EXPORT struct { const char* name; } ncclNetPlugin_v7 = {EX_NAME "V7"};
 #endif

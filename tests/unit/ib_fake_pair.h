@@ -34,7 +34,12 @@ typedef struct {
 } qpOpts;
 
 static inline qpOpts defaultOpts(int dev) {
-  qpOpts o = {dev == DEV_ROCE ? 3 : -1, 7, 7, 64, 64, 256,
+  qpOpts o = {dev == DEV_ROCE ? 3 : -1,
+              7,
+              7,
+              64,
+              64,
+              256,
               IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
   return o;
 }
@@ -64,8 +69,8 @@ static inline void makeEndpoint(endpoint* e, int dev, const qpOpts* o, const end
     assert_non_null(e->scq = V->createCq(e->ctx, o->cqe, NULL, NULL, 0));
     assert_non_null(e->rcq = V->createCq(e->ctx, o->cqe, NULL, NULL, 0));
   }
-  struct ibv_qp_init_attr ia = {.send_cq = e->scq, .recv_cq = e->rcq, .qp_type = IBV_QPT_RC,
-                                 .cap = {o->maxSendWr, o->maxRecvWr, 4, 4, 64}};
+  struct ibv_qp_init_attr ia = {
+      .send_cq = e->scq, .recv_cq = e->rcq, .qp_type = IBV_QPT_RC, .cap = {o->maxSendWr, o->maxRecvWr, 4, 4, 64}};
   assert_non_null(e->qp = V->createQp(e->pd, &ia));
   assert_int_equal(e->qp->state, IBV_QPS_RESET);
 }
@@ -87,11 +92,16 @@ static inline int toInit(struct ibv_qp* qp, int access) {
 /* INIT -> RTR towards `remote`'s port 1: by LID (sgid < 0) or by GRH from local GID `sgid` to the remote's
  * GID `dgid`. */
 static inline int toRtrGid(struct ibv_qp* qp, const endpoint* remote, uint32_t remoteQpn, int sgid, int dgid,
-                    uint32_t rqPsn) {
+                           uint32_t rqPsn) {
   struct ibv_port_attr pa;
   assert_int_equal(V->queryPort(remote->ctx, 1, &pa), 0);
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = remoteQpn,
-                          .rq_psn = rqPsn, .max_dest_rd_atomic = 1, .min_rnr_timer = 12, .ah_attr.port_num = 1};
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR,
+                          .path_mtu = IBV_MTU_1024,
+                          .dest_qp_num = remoteQpn,
+                          .rq_psn = rqPsn,
+                          .max_dest_rd_atomic = 1,
+                          .min_rnr_timer = 12,
+                          .ah_attr.port_num = 1};
   if (sgid >= 0) {
     a.ah_attr.is_global = 1;
     a.ah_attr.grh.sgid_index = (uint8_t)sgid;
@@ -110,8 +120,12 @@ static inline int toRtr(struct ibv_qp* qp, const endpoint* remote, uint32_t remo
 }
 
 static inline int toRts(struct ibv_qp* qp, uint32_t sqPsn, const qpOpts* o) {
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTS, .sq_psn = sqPsn, .timeout = 14, .retry_cnt = o->retryCnt,
-                          .rnr_retry = o->rnrRetry, .max_rd_atomic = 1};
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTS,
+                          .sq_psn = sqPsn,
+                          .timeout = 14,
+                          .retry_cnt = o->retryCnt,
+                          .rnr_retry = o->rnrRetry,
+                          .max_rd_atomic = 1};
   return V->modifyQp(qp, &a,
                      IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                          IBV_QP_MAX_QP_RD_ATOMIC);
@@ -158,10 +172,14 @@ static inline void pollN(struct ibv_cq* cq, int n, struct ibv_wc* wc) {
 }
 
 static inline int postWrite(struct ibv_qp* qp, enum ibv_wr_opcode op, uint64_t wrId, void* buf, uint32_t len,
-                     uint32_t lkey, uint64_t raddr, uint32_t rkey, uint32_t imm, unsigned flags) {
+                            uint32_t lkey, uint64_t raddr, uint32_t rkey, uint32_t imm, unsigned flags) {
   struct ibv_sge sge = {(uint64_t)(uintptr_t)buf, len, lkey};
-  struct ibv_send_wr *bad = NULL, wr = {.wr_id = wrId, .opcode = op, .send_flags = flags, .imm_data = htonl(imm),
-                                        .sg_list = len ? &sge : NULL, .num_sge = len ? 1 : 0,
+  struct ibv_send_wr *bad = NULL, wr = {.wr_id = wrId,
+                                        .opcode = op,
+                                        .send_flags = flags,
+                                        .imm_data = htonl(imm),
+                                        .sg_list = len ? &sge : NULL,
+                                        .num_sge = len ? 1 : 0,
                                         .wr.rdma = {.remote_addr = raddr, .rkey = rkey}};
   int err = V->postSend(qp, &wr, &bad);
   if (err) assert_ptr_equal(bad, &wr);

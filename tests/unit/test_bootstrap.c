@@ -160,10 +160,22 @@ static void runFunctional(int n) {
   assertAllOk(args, n);
 }
 
-static void test_ranks1(void** state) { (void)state; runFunctional(1); }
-static void test_ranks2(void** state) { (void)state; runFunctional(2); }
-static void test_ranks3(void** state) { (void)state; runFunctional(3); }
-static void test_ranks8(void** state) { (void)state; runFunctional(8); }
+static void test_ranks1(void** state) {
+  (void)state;
+  runFunctional(1);
+}
+static void test_ranks2(void** state) {
+  (void)state;
+  runFunctional(2);
+}
+static void test_ranks3(void** state) {
+  (void)state;
+  runFunctional(3);
+}
+static void test_ranks8(void** state) {
+  (void)state;
+  runFunctional(8);
+}
 
 /* ---------------------------------------------------------------------------------------------------- */
 /* Strangers */

@@ -116,10 +116,22 @@ static void sweepLayout(layout_t l, int rpn, int rot) {
   }
 }
 
-static void test_sweep_rpn1(void** state) { (void)state; sweepLayout(LAYOUT_BLOCK, 1, 0); }
-static void test_sweep_rpn2(void** state) { (void)state; sweepLayout(LAYOUT_BLOCK, 2, 1); }
-static void test_sweep_rpn4(void** state) { (void)state; sweepLayout(LAYOUT_BLOCK, 4, 2); }
-static void test_sweep_rpn8(void** state) { (void)state; sweepLayout(LAYOUT_BLOCK, 8, 3); }
+static void test_sweep_rpn1(void** state) {
+  (void)state;
+  sweepLayout(LAYOUT_BLOCK, 1, 0);
+}
+static void test_sweep_rpn2(void** state) {
+  (void)state;
+  sweepLayout(LAYOUT_BLOCK, 2, 1);
+}
+static void test_sweep_rpn4(void** state) {
+  (void)state;
+  sweepLayout(LAYOUT_BLOCK, 4, 2);
+}
+static void test_sweep_rpn8(void** state) {
+  (void)state;
+  sweepLayout(LAYOUT_BLOCK, 8, 3);
+}
 static void test_sweep_irregular(void** state) {
   (void)state;
   sweepLayout(LAYOUT_ROUNDROBIN, 0, 0);
@@ -243,8 +255,7 @@ static void test_depth(void** state) {
   int levels = commBitTreeDepth(8) + commBitTreeDepth(128) + 1;
   int bound = 4 * levels;
   print_message("critical path at 1024 ranks, 8 per node, count 1: colltree %d steps, ring %d\n", tree, ring);
-  if (tree > bound || ring < 2 * 1023)
-    fail_msg("critical path: colltree %d (bound %d), ring %d", tree, bound, ring);
+  if (tree > bound || ring < 2 * 1023) fail_msg("critical path: colltree %d (bound %d), ring %d", tree, bound, ring);
 
   commVerifyStats ct, rs;
   setArgs(&a, commFuncAllReduce, 1024, 16 * CHUNK, 1, 0, LAYOUT_BLOCK, 8);
@@ -500,13 +511,13 @@ static void test_bad_args(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_bad_args),        cmocka_unit_test(test_shapes),
-      cmocka_unit_test(test_leaders),         cmocka_unit_test(test_lookahead_and_shape),
-      cmocka_unit_test(test_inplace),         cmocka_unit_test(test_geometries),
-      cmocka_unit_test(test_depth),           cmocka_unit_test(test_stats),
-      cmocka_unit_test(test_spot_large),      cmocka_unit_test(test_sweep_rpn1),
-      cmocka_unit_test(test_sweep_rpn2),      cmocka_unit_test(test_sweep_rpn4),
-      cmocka_unit_test(test_sweep_rpn8),      cmocka_unit_test(test_sweep_irregular),
+      cmocka_unit_test(test_bad_args),   cmocka_unit_test(test_shapes),
+      cmocka_unit_test(test_leaders),    cmocka_unit_test(test_lookahead_and_shape),
+      cmocka_unit_test(test_inplace),    cmocka_unit_test(test_geometries),
+      cmocka_unit_test(test_depth),      cmocka_unit_test(test_stats),
+      cmocka_unit_test(test_spot_large), cmocka_unit_test(test_sweep_rpn1),
+      cmocka_unit_test(test_sweep_rpn2), cmocka_unit_test(test_sweep_rpn4),
+      cmocka_unit_test(test_sweep_rpn8), cmocka_unit_test(test_sweep_irregular),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -198,7 +198,7 @@ static void testDmabuf(void** state) {
   assert_int_equal(net->iflush(r, 1, &data, &size, &mh, &req), commSuccess);
   assert_null(req);
   assert_int_equal(cuda.flushCalls, 0); /* this device needs none */
-  ibGdrSetOps(&testOps);                 /* forget what was probed */
+  ibGdrSetOps(&testOps);                /* forget what was probed */
   cuda.flushSupported = 1;
   assert_int_equal(net->iflush(r, 1, &data, &size, &mh, &req), commSuccess);
   assert_int_equal(cuda.flushCalls, 1);

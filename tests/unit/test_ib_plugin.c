@@ -184,7 +184,7 @@ static void transfer(void* s, void* r, const size_t* sizes, const int* tags, int
   }
   for (size_t i = 0; i < total; i++)
     if (rbuf[i] != patternByte(seed, i)) fail_msg("byte %zu differs", i);
-  assert_int_equal(rbuf[total], 0); /* nothing written past the data */
+  assert_int_equal(rbuf[total], 0);                         /* nothing written past the data */
   if (n > COMM_NET_IB_FIFO_DEPTH) assert_true(refused > 0); /* credits held posting back */
   assert_int_equal(net->deregMr(s, smh), commSuccess);
   assert_int_equal(net->deregMr(r, rmh), commSuccess);
@@ -302,7 +302,7 @@ static void testRegCache(void** state) {
   assert_int_equal(st.mrs, st0.mrs + 2);
   assert_int_equal(net->deregMr(s, a), commSuccess);
   commIbFakeGetStats(&st);
-  assert_int_equal(st.mrs, st0.mrs + 2); /* b still holds it */
+  assert_int_equal(st.mrs, st0.mrs + 2);                                    /* b still holds it */
   assert_int_equal(net->regMr(s, buf, 10, COMM_PTR_HOST, &d), commSuccess); /* still cached */
   commIbFakeGetStats(&st);
   assert_int_equal(st.mrs, st0.mrs + 2);

@@ -120,8 +120,8 @@ static void testWriteWithImm(void** state) {
     assert_true(smr && dmr);
     assert_int_not_equal(dmr->lkey, dmr->rkey);
     assert_int_equal(postRecvs(b.qp, 2, 100), 0);
-    assert_int_equal(postWrite(a.qp, IBV_WR_RDMA_WRITE_WITH_IMM, 7, src, N, smr->lkey,
-                               (uint64_t)(uintptr_t)(dst + 32), dmr->rkey, 0xabcd1234, IBV_SEND_SIGNALED),
+    assert_int_equal(postWrite(a.qp, IBV_WR_RDMA_WRITE_WITH_IMM, 7, src, N, smr->lkey, (uint64_t)(uintptr_t)(dst + 32),
+                               dmr->rkey, 0xabcd1234, IBV_SEND_SIGNALED),
                      0);
     assert_int_equal(dst[32], 0); /* posting moves nothing: the wire does, later */
     struct ibv_wc wc[2];
@@ -143,9 +143,8 @@ static void testWriteWithImm(void** state) {
     assert_int_equal(wc[0].wr_id, 7);
     /* An unsignaled plain write then a signaled zero-byte write with immediate (NCCL-style completion
      * marker without data): one sender completion, for the second. */
-    assert_int_equal(postWrite(a.qp, IBV_WR_RDMA_WRITE, 8, src, 16, smr->lkey, (uint64_t)(uintptr_t)dst,
-                               dmr->rkey, 0, 0),
-                     0);
+    assert_int_equal(
+        postWrite(a.qp, IBV_WR_RDMA_WRITE, 8, src, 16, smr->lkey, (uint64_t)(uintptr_t)dst, dmr->rkey, 0, 0), 0);
     assert_int_equal(postWrite(a.qp, IBV_WR_RDMA_WRITE_WITH_IMM, 9, NULL, 0, 0, 0, 0, 5, IBV_SEND_SIGNALED), 0);
     pollN(a.scq, 1, wc);
     assert_int_equal(wc[0].wr_id, 9);
@@ -201,8 +200,12 @@ static void testSendAndRead(void** state) {
   assert_int_equal(postWrite(a.qp, IBV_WR_SEND, 2, sbuf, 65, 0, 0, 0, 0, IBV_SEND_INLINE), EINVAL);
   /* Gathered send with immediate: two SGEs. */
   struct ibv_sge ssge[2] = {{(uintptr_t)(sbuf + 200), 5, smr->lkey}, {(uintptr_t)(sbuf + 10), 5, smr->lkey}};
-  struct ibv_send_wr *sbad, swr = {.wr_id = 3, .opcode = IBV_WR_SEND_WITH_IMM, .send_flags = IBV_SEND_SIGNALED,
-                                   .sg_list = ssge, .num_sge = 2, .imm_data = htonl(77)};
+  struct ibv_send_wr *sbad, swr = {.wr_id = 3,
+                                   .opcode = IBV_WR_SEND_WITH_IMM,
+                                   .send_flags = IBV_SEND_SIGNALED,
+                                   .sg_list = ssge,
+                                   .num_sge = 2,
+                                   .imm_data = htonl(77)};
   assert_int_equal(V->postSend(a.qp, &swr, &sbad), 0);
   pollN(b.rcq, 1, wc);
   assert_int_equal(wc[0].wr_id, 51);
@@ -221,8 +224,8 @@ static void testSendAndRead(void** state) {
   assert_int_equal(toRts(l.qp, 42, &lo), 0);
   struct ibv_mr* rw = V->regMr(b.pd, rbuf, sizeof(rbuf), RW);
   assert_non_null(rw);
-  assert_int_equal(postWrite(l.qp, IBV_WR_RDMA_READ, 4, rbuf + 200, 10, rw->lkey, (uintptr_t)(rbuf + 100),
-                             rw->rkey, 0, IBV_SEND_SIGNALED),
+  assert_int_equal(postWrite(l.qp, IBV_WR_RDMA_READ, 4, rbuf + 200, 10, rw->lkey, (uintptr_t)(rbuf + 100), rw->rkey, 0,
+                             IBV_SEND_SIGNALED),
                    0);
   pollN(b.scq, 1, wc);
   assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
@@ -311,12 +314,10 @@ static void testReorder(void** state) {
         assert_int_equal(wc[k].status, IBV_WC_SUCCESS);
         assert_int_equal(wc[k].qp_num, side ? a[q].qp->qp_num : b[q].qp->qp_num);
         assert_int_equal(i, next[q]++); /* per-QP order */
-        inversions += k != i * NQP + q;  /* differs from the posting order */
+        inversions += k != i * NQP + q; /* differs from the posting order */
       }
-      if (reorder)
-        assert_true(inversions > NQP * PER / 4);
-      else
-        assert_int_equal(inversions, 0);
+      if (reorder) assert_true(inversions > NQP * PER / 4);
+      else assert_int_equal(inversions, 0);
     }
     for (int q = NQP - 1; q >= 0; q--) {
       freeEndpoint(&a[q], q == 0);

@@ -97,9 +97,8 @@ static void testAccessErrors(void** state) {
     uint32_t lkey = c == BAD_LKEY ? smr->rkey : smr->lkey; /* an rkey is not an lkey */
     uint32_t len = c == ZERO_BYTES ? 0 : (c == OUT_OF_BOUNDS ? 33 : 32);
     if (c == ZERO_BYTES) rkey = 0xdead;
-    assert_int_equal(postWrite(a.qp, IBV_WR_RDMA_WRITE, 1, src, len, lkey, (uintptr_t)(dst + 32), rkey, 0,
-                               IBV_SEND_SIGNALED),
-                     0);
+    assert_int_equal(
+        postWrite(a.qp, IBV_WR_RDMA_WRITE, 1, src, len, lkey, (uintptr_t)(dst + 32), rkey, 0, IBV_SEND_SIGNALED), 0);
     struct ibv_wc wc[2];
     pollN(a.scq, 1, wc);
     enum ibv_wc_status want = c == ZERO_BYTES ? IBV_WC_SUCCESS
@@ -133,9 +132,9 @@ static void testInjectedErrors(void** state) {
   assert_int_equal(commIbFakeInjectError(a.qp, 2, IBV_WC_RETRY_EXC_ERR), 0);
   assert_int_equal(postRecvs(b.qp, 8, 0), 0);
   for (int i = 0; i < 4; i++)
-    assert_int_equal(
-        postWrite(a.qp, IBV_WR_RDMA_WRITE_WITH_IMM, (uint64_t)i, NULL, 0, 0, 0, 0, 0, i == 2 ? 0 : IBV_SEND_SIGNALED),
-        0);
+    assert_int_equal(postWrite(a.qp, IBV_WR_RDMA_WRITE_WITH_IMM, (uint64_t)i, NULL, 0, 0, 0, 0, 0,
+                               i == 2 ? 0 : IBV_SEND_SIGNALED),
+                     0);
   struct ibv_wc wc[4];
   pollN(a.scq, 4, wc);
   for (int i = 0; i < 4; i++) {

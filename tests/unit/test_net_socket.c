@@ -417,7 +417,7 @@ static void testShmFifo(void** state) {
   memset(&sconn, 0, sizeof(sconn));
   int before = countShmNames();
   connectPair(&commTransportShm, scomm, &sconn, rcomm, &rconn);
-  assert_int_equal(countShmNames(), before); /* unlinked once both sides mapped it */
+  assert_int_equal(countShmNames(), before);      /* unlinked once both sides mapped it */
   assert_ptr_not_equal(rconn.slots, sconn.slots); /* two mappings of the same memory */
   assert_int_equal((uintptr_t)rconn.ctrl % COMM_CACHE_LINE, 0);
   assert_int_equal((uintptr_t)rconn.slots % COMM_CACHE_LINE, 0);
@@ -515,12 +515,12 @@ static void testNetFifo(void** state) {
 int main(void) {
   setenv("COMM_SOCKET_INLINE", "64K", 1);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(testSizesOneByOne),    cmocka_unit_test(testSizesOutstanding),
-      cmocka_unit_test(testInlineMismatch),   cmocka_unit_test(testSizesAllInline),
-      cmocka_unit_test(testTooLarge),         cmocka_unit_test(testPeerCloseRecvSide),
+      cmocka_unit_test(testSizesOneByOne),     cmocka_unit_test(testSizesOutstanding),
+      cmocka_unit_test(testInlineMismatch),    cmocka_unit_test(testSizesAllInline),
+      cmocka_unit_test(testTooLarge),          cmocka_unit_test(testPeerCloseRecvSide),
       cmocka_unit_test(testPeerCloseSendSide), cmocka_unit_test(testCloseWithPending),
-      cmocka_unit_test(testShmFifo),          cmocka_unit_test(testShmLocalAndDeadPeer),
-      cmocka_unit_test(testNetFifo),          cmocka_unit_test(testPaired),
+      cmocka_unit_test(testShmFifo),           cmocka_unit_test(testShmLocalAndDeadPeer),
+      cmocka_unit_test(testNetFifo),           cmocka_unit_test(testPaired),
   };
   return cmocka_run_group_tests(tests, setupPlugin, NULL);
 }

@@ -85,7 +85,7 @@ static void test_log_levels_and_file(void** state) {
   commLogSetRank(3);
   INFO(COMM_INIT, "init line %d", 1);
   INFO(COMM_COLL, "coll line %d", 2); /* filtered by subsystem */
-  TRACE(COMM_INIT, "trace line"); /* filtered by level */
+  TRACE(COMM_INIT, "trace line");     /* filtered by level */
   WARN("warn line %s", "x");
   commLogSetRank(-1);
   char* text = readFile(path);
@@ -141,8 +141,8 @@ static void test_deadline_and_hash(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_param_int),        cmocka_unit_test(test_param_size),
-      cmocka_unit_test(test_param_str),        cmocka_unit_test(test_log_levels_and_file),
+      cmocka_unit_test(test_param_int),         cmocka_unit_test(test_param_size),
+      cmocka_unit_test(test_param_str),         cmocka_unit_test(test_log_levels_and_file),
       cmocka_unit_test(test_deadline_and_hash),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

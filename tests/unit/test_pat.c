@@ -88,8 +88,14 @@ static void sweep(commFunc_t f) {
   }
 }
 
-static void test_allgather(void** state) { (void)state; sweep(commFuncAllGather); }
-static void test_reducescatter(void** state) { (void)state; sweep(commFuncReduceScatter); }
+static void test_allgather(void** state) {
+  (void)state;
+  sweep(commFuncAllGather);
+}
+static void test_reducescatter(void** state) {
+  (void)state;
+  sweep(commFuncReduceScatter);
+}
 
 /* Large communicators, small counts (count 3 at n >= 1000 runs the reducescatter in 3 windows); one case with
  * many windows cutting blocks at odd places. */

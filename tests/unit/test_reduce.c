@@ -203,7 +203,10 @@ static uint64_t refFloatOp(const commRedOpArgs* args, uint64_t abits, uint64_t b
       r = pre ? R(t, x + R(t, s * y)) : R(t, x + y);
       break;
     }
-    default: r = R(t, x + y); if (post) r = R(t, r / (double)args->divisor); break;
+    default:
+      r = R(t, x + y);
+      if (post) r = R(t, r / (double)args->divisor);
+      break;
   }
   return doubleToBits(t, r);
 }
@@ -214,12 +217,8 @@ static uint64_t refIntOp(const commRedOpArgs* args, uint64_t abits, uint64_t bbi
   switch (args->kind) {
     case COMM_REDOP_SUM: r = x + y; break;
     case COMM_REDOP_PROD: r = x * y; break;
-    case COMM_REDOP_MAX:
-      r = isSigned(t) ? ((int64_t)x > (int64_t)y ? x : y) : (x > y ? x : y);
-      break;
-    case COMM_REDOP_MIN:
-      r = isSigned(t) ? ((int64_t)x < (int64_t)y ? x : y) : (x < y ? x : y);
-      break;
+    case COMM_REDOP_MAX: r = isSigned(t) ? ((int64_t)x > (int64_t)y ? x : y) : (x > y ? x : y); break;
+    case COMM_REDOP_MIN: r = isSigned(t) ? ((int64_t)x < (int64_t)y ? x : y) : (x < y ? x : y); break;
     case COMM_REDOP_PREMULSUM: r = pre ? x + intNorm(t, args->scalarBits) * y : x + y; break;
     default:
       r = intNorm(t, x + y);
@@ -280,10 +279,10 @@ static int checkOne(const commRedOpArgs* args, int pre, int post, size_t n, int 
     uint64_t got = rawGet(t, dst, i);
     if (!sameElement(t, got, want)) {
       if (bad < 5)
-        fprintf(stderr, "MISMATCH %s kind %d pre %d post %d n %zu alias %d i %zu: a=%#llx b=%#llx got=%#llx want=%#llx\n",
-                commTypeName(t), (int)args->kind, pre, post, n, aliasMode, i,
-                (unsigned long long)rawGet(t, a, i), (unsigned long long)rawGet(t, b, i),
-                (unsigned long long)got, (unsigned long long)want);
+        fprintf(stderr,
+                "MISMATCH %s kind %d pre %d post %d n %zu alias %d i %zu: a=%#llx b=%#llx got=%#llx want=%#llx\n",
+                commTypeName(t), (int)args->kind, pre, post, n, aliasMode, i, (unsigned long long)rawGet(t, a, i),
+                (unsigned long long)rawGet(t, b, i), (unsigned long long)got, (unsigned long long)want);
       bad++;
     }
   }
@@ -427,12 +426,9 @@ static void test_copy(void** state) {
       commCopy(&pd, out, in, n, 0, 1);
       for (size_t i = 0; i < n; i++) {
         uint64_t v = rawGet((commDataType_t)t, src, i), want;
-        if (isF)
-          want = doubleToBits((commDataType_t)t, bitsToDouble((commDataType_t)t, v) / 3.0);
-        else if (isSigned((commDataType_t)t))
-          want = (uint64_t)((int64_t)intNorm((commDataType_t)t, v) / 3);
-        else
-          want = intNorm((commDataType_t)t, v) / 3;
+        if (isF) want = doubleToBits((commDataType_t)t, bitsToDouble((commDataType_t)t, v) / 3.0);
+        else if (isSigned((commDataType_t)t)) want = (uint64_t)((int64_t)intNorm((commDataType_t)t, v) / 3);
+        else want = intNorm((commDataType_t)t, v) / 3;
         assert_true(sameElement((commDataType_t)t, rawGet((commDataType_t)t, out, i), want));
       }
       /* nothing applies: exact copy of the bits (flags that do not match the kind are ignored) */
@@ -469,10 +465,12 @@ static void test_minmax_nan_zero(void** state) {
     }
     commReduceLocal(&mx, d, a, b, 8, 0, 0);
     for (int i = 0; i < 8; i++)
-      assert_true(sameElement((commDataType_t)t, rawGet((commDataType_t)t, d, i), doubleToBits((commDataType_t)t, wantMax[i])));
+      assert_true(
+          sameElement((commDataType_t)t, rawGet((commDataType_t)t, d, i), doubleToBits((commDataType_t)t, wantMax[i])));
     commReduceLocal(&mn, d, a, b, 8, 0, 0);
     for (int i = 0; i < 8; i++)
-      assert_true(sameElement((commDataType_t)t, rawGet((commDataType_t)t, d, i), doubleToBits((commDataType_t)t, wantMin[i])));
+      assert_true(
+          sameElement((commDataType_t)t, rawGet((commDataType_t)t, d, i), doubleToBits((commDataType_t)t, wantMin[i])));
   }
 }
 
@@ -550,8 +548,8 @@ static void exhaustiveRoundTrip(const fmt_t* f) {
       assert_true(bitsIsNan(f, libEncode(f, got)));
     } else {
       if (!((double)got == want && !signbit(got) == !signbit(want)))
-        fprintf(stderr, "decode mismatch: format e%dm%d bits %#x got %a want %a\n", f->ebits, f->mbits, v,
-                (double)got, want);
+        fprintf(stderr, "decode mismatch: format e%dm%d bits %#x got %a want %a\n", f->ebits, f->mbits, v, (double)got,
+                want);
       assert_true((double)got == want && !signbit(got) == !signbit(want));
       assert_int_equal(libEncode(f, got), v);
     }
@@ -604,10 +602,8 @@ static void test_conv_random(void** state) {
     float x = u2f(u);
     for (int k = 0; k < 4; k++) {
       uint32_t got = libEncode(fmts[k], x), want = refEncode(fmts[k], (double)x);
-      if (isnan(x))
-        assert_true(bitsIsNan(fmts[k], got));
-      else
-        assert_int_equal(got, want);
+      if (isnan(x)) assert_true(bitsIsNan(fmts[k], got));
+      else assert_int_equal(got, want);
     }
   }
 }
@@ -623,12 +619,12 @@ static void test_conv_corners(void** state) {
   assert_true((commFloatToHalf(NAN) & 0x7fff) > 0x7c00);
   assert_true((commFloatToHalf(u2f(0x7f800001u)) & 0x7fff) > 0x7c00); /* signalling NaN stays NaN */
   assert_int_equal(commFloatToHalf(0x1p-24f), 0x0001);
-  assert_int_equal(commFloatToHalf(0x1p-25f), 0x0000);                 /* tie to even: 0 */
-  assert_int_equal(commFloatToHalf(0x1.8p-24f), 0x0002);               /* tie to even: 2 */
+  assert_int_equal(commFloatToHalf(0x1p-25f), 0x0000);   /* tie to even: 0 */
+  assert_int_equal(commFloatToHalf(0x1.8p-24f), 0x0002); /* tie to even: 2 */
   assert_int_equal(commFloatToHalf(nextafterf(0x1p-25f, 1.0f)), 0x0001);
   assert_int_equal(commFloatToHalf(-0.0f), 0x8000);
-  assert_int_equal(commFloatToHalf(0x1.ffcp-15f), 0x0400); /* largest subnormal + half ulp -> min normal */
-  assert_int_equal(commFloatToHalf(1.0f + 0x1p-11f), 0x3c00); /* tie to even below */
+  assert_int_equal(commFloatToHalf(0x1.ffcp-15f), 0x0400);      /* largest subnormal + half ulp -> min normal */
+  assert_int_equal(commFloatToHalf(1.0f + 0x1p-11f), 0x3c00);   /* tie to even below */
   assert_int_equal(commFloatToHalf(1.0f + 0x1.8p-10f), 0x3c02); /* tie to even above */
   assert_true(commHalfToFloat(0x0001) == 0x1p-24f);
   assert_true(isinf(commHalfToFloat(0x7c00)));

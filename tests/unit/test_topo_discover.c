@@ -26,9 +26,7 @@ static void printTopo(const commTopo* t) {
         printf(" numa %d %s %s cpus %s cores %d \"%s\"", n->u.cpu.numa, n->u.cpu.arch, n->u.cpu.vendor, n->u.cpu.cpus,
                n->u.cpu.nCores, n->name);
         break;
-      case COMM_TOPO_PCI:
-        printf(" kind %d gen %d x%d", n->u.pci.kind, n->u.pci.gen, n->u.pci.width);
-        break;
+      case COMM_TOPO_PCI: printf(" kind %d gen %d x%d", n->u.pci.kind, n->u.pci.gen, n->u.pci.width); break;
       case COMM_TOPO_GPU:
         printf(" dev %d sm %d mem %d MB \"%s\"", n->u.gpu.dev, n->u.gpu.sm, n->u.gpu.memMB, n->name);
         break;
@@ -36,8 +34,7 @@ static void printTopo(const commTopo* t) {
         printf(" link %d port %d %d Mb/s netdev %s guid 0x%016llx gdr %d", n->u.nic.link, n->u.nic.port,
                n->u.nic.speedMbps, n->u.nic.netdev, (unsigned long long)n->u.nic.guid, n->u.nic.gdr);
         break;
-      default:
-        break;
+      default: break;
     }
     printf("\n");
   }

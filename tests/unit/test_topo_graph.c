@@ -461,8 +461,7 @@ static void testRingsDgxSingleNode(void** state) {
       commTopoPath p = commTopoPathOf(topo, two[rings2[c * M + i]].dev, two[rings2[c * M + (i + 1) % M]].dev);
       assert_true(p.type == COMM_PATH_LOC || p.type == COMM_PATH_NVL);
     }
-    for (int i = 0; i < M; i += 2)
-      assert_int_equal(two[rings2[c * M + i]].dev, two[rings2[c * M + i + 1]].dev);
+    for (int i = 0; i < M; i += 2) assert_int_equal(two[rings2[c * M + i]].dev, two[rings2[c * M + i + 1]].dev);
   }
   commTopoFree(topo);
 }
@@ -681,8 +680,8 @@ static void testTransportHostRanks(void** state) {
   (void)state;
   clearEnv();
   commTopo* topo = buildHostOnly(2);
-  commTopoRank ranks[4] = {{0, cpu(topo, 0, 0), 0}, {0, cpu(topo, 0, 0), 0}, {1, cpu(topo, 1, 0), 1},
-                           {1, cpu(topo, 1, 0), 1}};
+  commTopoRank ranks[4] = {
+      {0, cpu(topo, 0, 0), 0}, {0, cpu(topo, 0, 0), 0}, {1, cpu(topo, 1, 0), 1}, {1, cpu(topo, 1, 0), 1}};
   commTopoTransportChoice ch;
   assert_int_equal(commTopoChooseTransport(topo, ranks, 4, 0, 1, &ch), commSuccess);
   assert_int_equal(ch.transport, COMM_TOPO_USE_SHM);

@@ -246,18 +246,17 @@ static void test_cluster_contents(void** state) {
 static void test_nvlink_forward_reference(void** state) {
   (void)state;
   /* GPU0 names GPU1 (short, upper-case bus id) before GPU1 appears; GPU1 names GPU0 back: one bundle. */
-  const char* text =
-      "<topology version='1'>\n"
-      " <host name='h'>\n"
-      "  <cpu numa='0'>\n"
-      "   <gpu busid='0000:01:00.0' dev='0'>\n"
-      "    <nvlink target='0A:00.0' count='4' bw='100'/>\n"
-      "   </gpu>\n"
-      "   <gpu busid='0000:0a:00.0' dev='1'><nvlink target='0000:01:00.0' count='2' bw='50.0'/></gpu>\n"
-      "   <gpu busid='0000:0b:00.0' dev='2'><nvlink target='nvswitch' count='1'/></gpu>\n"
-      "  </cpu>\n"
-      " </host>\n"
-      "</topology>\n";
+  const char* text = "<topology version='1'>\n"
+                     " <host name='h'>\n"
+                     "  <cpu numa='0'>\n"
+                     "   <gpu busid='0000:01:00.0' dev='0'>\n"
+                     "    <nvlink target='0A:00.0' count='4' bw='100'/>\n"
+                     "   </gpu>\n"
+                     "   <gpu busid='0000:0a:00.0' dev='1'><nvlink target='0000:01:00.0' count='2' bw='50.0'/></gpu>\n"
+                     "   <gpu busid='0000:0b:00.0' dev='2'><nvlink target='nvswitch' count='1'/></gpu>\n"
+                     "  </cpu>\n"
+                     " </host>\n"
+                     "</topology>\n";
   commTopo* topo = parseOk(text);
   int g0 = commTopoFind(topo, 0, COMM_TOPO_GPU, 0), g1 = commTopoFind(topo, 0, COMM_TOPO_GPU, 1);
   assert_string_equal(topo->nodes[g1].busId, "0000:0a:00.0");
@@ -293,19 +292,18 @@ static void test_nvlink_forward_reference(void** state) {
 
 static void test_entities_and_defaults(void** state) {
   (void)state;
-  const char* text =
-      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-      "<!-- a comment -- with dashes -->\n"
-      "<topology>\n"
-      "  <host name=\"a&amp;b\">\n"
-      "    <cpu name='&lt;&#65;&#x42;&gt; &quot;x&apos;'>\n"
-      "      <pci kind=\"hostbridge\"><!-- inside -->\n"
-      "        <nic name=\"ib0\" link=\"ib\" busid=\"0000:3B:00.1\" guid=\"0XAbC\" netdev=\"\"/>\n"
-      "      </pci>\n"
-      "      <gpu busid=\"00:04.0\" bw=\"0.04\"/>\n"
-      "    </cpu>\n"
-      "  </host>\n"
-      "</topology>";
+  const char* text = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+                     "<!-- a comment -- with dashes -->\n"
+                     "<topology>\n"
+                     "  <host name=\"a&amp;b\">\n"
+                     "    <cpu name='&lt;&#65;&#x42;&gt; &quot;x&apos;'>\n"
+                     "      <pci kind=\"hostbridge\"><!-- inside -->\n"
+                     "        <nic name=\"ib0\" link=\"ib\" busid=\"0000:3B:00.1\" guid=\"0XAbC\" netdev=\"\"/>\n"
+                     "      </pci>\n"
+                     "      <gpu busid=\"00:04.0\" bw=\"0.04\"/>\n"
+                     "    </cpu>\n"
+                     "  </host>\n"
+                     "</topology>";
   commTopo* topo = parseOk(text);
   assert_string_equal(topo->hosts[0].name, "a&b");
   int cpu = commTopoFind(topo, 0, COMM_TOPO_CPU, 0);

@@ -35,8 +35,8 @@ static void setArgs(commCollArgs* a, commFunc_t f, int n, size_t count, int nCh,
 static void expectOk(const commCollArgs* a, commVerifyStats* st) {
   commResult_t res = commVerifyColl(a, commTreeBuild, FIFO, PIECE, st);
   if (res != commSuccess)
-    fail_msg("%s n=%d count=%zu nCh=%d root=%d: %s", commFuncName(a->func), a->nRanks, a->count, a->nChannels,
-             a->root, commLogLastWarn());
+    fail_msg("%s n=%d count=%zu nCh=%d root=%d: %s", commFuncName(a->func), a->nRanks, a->count, a->nChannels, a->root,
+             commLogLastWarn());
 }
 
 /* n = 1..64; counts 0, 1, 7 (odd), 3n+1 (not a multiple of n nor of the channels), 20 chunks and 48 chunks
@@ -172,8 +172,7 @@ static void test_shapes(void** state) {
       assert_int_equal(s.channels[c].nSteps, 1);
       assert_int_equal(s.channels[c].steps[0].prim, COMM_PRIM_COPY);
       assert_int_equal(s.channels[c].steps[0].count, 50 * CHUNK);
-      assert_int_equal(s.channels[c].steps[0].flags,
-                       fs[i] == commFuncBroadcast ? 0 : COMM_STEP_PRE | COMM_STEP_POST);
+      assert_int_equal(s.channels[c].steps[0].flags, fs[i] == commFuncBroadcast ? 0 : COMM_STEP_PRE | COMM_STEP_POST);
     }
     commSchedFree(&s);
   }
@@ -489,10 +488,18 @@ static void test_stats(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_errors),    cmocka_unit_test(test_shapes),       cmocka_unit_test(test_no_prepost),
-      cmocka_unit_test(test_geometries), cmocka_unit_test(test_single_final_value), cmocka_unit_test(test_in_place),
-      cmocka_unit_test(test_depth),     cmocka_unit_test(test_stats),        cmocka_unit_test(test_large),
-      cmocka_unit_test(test_allreduce), cmocka_unit_test(test_reduce),       cmocka_unit_test(test_broadcast),
+      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_shapes),
+      cmocka_unit_test(test_no_prepost),
+      cmocka_unit_test(test_geometries),
+      cmocka_unit_test(test_single_final_value),
+      cmocka_unit_test(test_in_place),
+      cmocka_unit_test(test_depth),
+      cmocka_unit_test(test_stats),
+      cmocka_unit_test(test_large),
+      cmocka_unit_test(test_allreduce),
+      cmocka_unit_test(test_reduce),
+      cmocka_unit_test(test_broadcast),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

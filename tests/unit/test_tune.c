@@ -241,9 +241,9 @@ static void testPlugin(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(testParseDefaults),    cmocka_unit_test(testParseChoices), cmocka_unit_test(testParseMistakes),
-      cmocka_unit_test(testModelShape),       cmocka_unit_test(testScalePredictions),
-      cmocka_unit_test(testChoose),           cmocka_unit_test(testPlugin),
+      cmocka_unit_test(testParseDefaults), cmocka_unit_test(testParseChoices),     cmocka_unit_test(testParseMistakes),
+      cmocka_unit_test(testModelShape),    cmocka_unit_test(testScalePredictions), cmocka_unit_test(testChoose),
+      cmocka_unit_test(testPlugin),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

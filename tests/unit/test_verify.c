@@ -52,15 +52,13 @@ static void setArgs(commCollArgs* a, commFunc_t f, int n, size_t count, int nCh,
   }
 }
 
-static commSchedBuilder_t builderFor(commFunc_t f) {
-  return f == commFuncAllToAll ? commAllToAllBuild : commRingBuild;
-}
+static commSchedBuilder_t builderFor(commFunc_t f) { return f == commFuncAllToAll ? commAllToAllBuild : commRingBuild; }
 
 static void expectOk(const commCollArgs* a, commVerifyStats* st) {
   commResult_t res = commVerifyColl(a, builderFor(a->func), FIFO, PIECE, st);
   if (res != commSuccess)
-    fail_msg("%s n=%d count=%zu nCh=%d root=%d: %s", commFuncName(a->func), a->nRanks, a->count, a->nChannels,
-             a->root, commLogLastWarn());
+    fail_msg("%s n=%d count=%zu nCh=%d root=%d: %s", commFuncName(a->func), a->nRanks, a->count, a->nChannels, a->root,
+             commLogLastWarn());
 }
 
 static void sweep(commFunc_t f) {
@@ -84,12 +82,30 @@ static void sweep(commFunc_t f) {
   }
 }
 
-static void test_allreduce(void** state) { (void)state; sweep(commFuncAllReduce); }
-static void test_broadcast(void** state) { (void)state; sweep(commFuncBroadcast); }
-static void test_reduce(void** state) { (void)state; sweep(commFuncReduce); }
-static void test_allgather(void** state) { (void)state; sweep(commFuncAllGather); }
-static void test_reducescatter(void** state) { (void)state; sweep(commFuncReduceScatter); }
-static void test_alltoall(void** state) { (void)state; sweep(commFuncAllToAll); }
+static void test_allreduce(void** state) {
+  (void)state;
+  sweep(commFuncAllReduce);
+}
+static void test_broadcast(void** state) {
+  (void)state;
+  sweep(commFuncBroadcast);
+}
+static void test_reduce(void** state) {
+  (void)state;
+  sweep(commFuncReduce);
+}
+static void test_allgather(void** state) {
+  (void)state;
+  sweep(commFuncAllGather);
+}
+static void test_reducescatter(void** state) {
+  (void)state;
+  sweep(commFuncReduceScatter);
+}
+static void test_alltoall(void** state) {
+  (void)state;
+  sweep(commFuncAllToAll);
+}
 
 /* One-shot allreduce: n = 1..64 (the executor uses it up to 16), small and odd counts, with and without
  * PRE/POST; and a corrupted variant (a REDUCE step dropped) must fail. */
@@ -156,8 +172,12 @@ static void test_shapes(void** state) {
   a.rank = 2;
   assert_int_equal(commRingBuild(&a, &s), commSuccess);
   assert_int_equal(s.channels[0].nSteps, 7);
-  int expect[7] = {COMM_PRIM_SEND, COMM_PRIM_RECV_REDUCE_SEND, COMM_PRIM_RECV_REDUCE_SEND,
-                   COMM_PRIM_RECV_REDUCE_COPY_SEND, COMM_PRIM_RECV_COPY_SEND, COMM_PRIM_RECV_COPY_SEND,
+  int expect[7] = {COMM_PRIM_SEND,
+                   COMM_PRIM_RECV_REDUCE_SEND,
+                   COMM_PRIM_RECV_REDUCE_SEND,
+                   COMM_PRIM_RECV_REDUCE_COPY_SEND,
+                   COMM_PRIM_RECV_COPY_SEND,
+                   COMM_PRIM_RECV_COPY_SEND,
                    COMM_PRIM_RECV};
   for (int k = 0; k < 7; k++) {
     const commStep* st = &s.channels[0].steps[k];
@@ -176,8 +196,8 @@ static void test_shapes(void** state) {
   fclose(f);
   commSchedFree(&s);
 
-  commFunc_t fs[6] = {commFuncAllReduce, commFuncBroadcast, commFuncReduce, commFuncAllGather,
-                      commFuncReduceScatter, commFuncAllToAll};
+  commFunc_t fs[6] = {commFuncAllReduce, commFuncBroadcast,     commFuncReduce,
+                      commFuncAllGather, commFuncReduceScatter, commFuncAllToAll};
   for (int i = 0; i < 6; i++) {
     setArgs(&a, fs[i], 5, 100000, 3, 2);
     for (int r = 0; r < 5; r++) {
@@ -203,8 +223,8 @@ static void test_geometries(void** state) {
   struct {
     size_t fifo, piece, chunk;
   } g[3] = {{350, 100, 150}, {8, 1, 4}, {96, 48, 48}};
-  commFunc_t fs[6] = {commFuncAllReduce, commFuncBroadcast, commFuncReduce, commFuncAllGather,
-                      commFuncReduceScatter, commFuncAllToAll};
+  commFunc_t fs[6] = {commFuncAllReduce, commFuncBroadcast,     commFuncReduce,
+                      commFuncAllGather, commFuncReduceScatter, commFuncAllToAll};
   for (int gi = 0; gi < 3; gi++)
     for (int i = 0; i < 6; i++)
       for (int n = 1; n <= 12; n += 5) {
@@ -296,9 +316,7 @@ static commResult_t corruptBuild(const commCollArgs* a, commSchedule* s) {
   if (res != commSuccess || a->rank != corruptRank) return res;
   commChannelSched* c = &s->channels[0];
   switch (corruptKind) {
-    case 0: /* drop one step */
-      removeStep(c, c->nSteps / 2);
-      break;
+    case 0: /* drop one step */ removeStep(c, c->nSteps / 2); break;
     case 1: /* swap peers of a step that has both */
       for (int k = 0; k < c->nSteps; k++) {
         if (c->steps[k].sendPeer >= 0 && c->steps[k].recvPeer >= 0 && c->steps[k].sendPeer != c->steps[k].recvPeer) {
@@ -325,12 +343,8 @@ static commResult_t corruptBuild(const commCollArgs* a, commSchedule* s) {
         }
       }
       break;
-    case 4: /* read the wrong part of the input */
-      c->steps[0].src.offset += 1;
-      break;
-    case 5: /* write past the end of the output */
-      c->steps[c->nSteps - 1].dst.offset += a->count;
-      break;
+    case 4: /* read the wrong part of the input */ c->steps[0].src.offset += 1; break;
+    case 5: /* write past the end of the output */ c->steps[c->nSteps - 1].dst.offset += a->count; break;
     case 6: /* turn a recvReduceSend into a recvCopySend: contributions lost */
       for (int k = 0; k < c->nSteps; k++) {
         if (c->steps[k].prim == COMM_PRIM_RECV_REDUCE_SEND) {
@@ -343,9 +357,7 @@ static commResult_t corruptBuild(const commCollArgs* a, commSchedule* s) {
     case 7: /* duplicate a step: double counting or leftover data */
       res = commSchedAdd(s, 0, &c->steps[c->nSteps - 1]);
       break;
-    case 8: /* send count differs from the receiver's */
-      c->steps[0].count -= 1;
-      break;
+    case 8: /* send count differs from the receiver's */ c->steps[0].count -= 1; break;
   }
   return res;
 }
@@ -570,10 +582,12 @@ static void test_p2p_negative(void** state) {
   int nOps[3] = {2, 1, 1};
   assert_int_equal(commVerifyP2p(n, (const commP2pOp* const*)ops, nOps, commP2pBuild, FIFO, PIECE, NULL), commSuccess);
   o1[0].count = 99; /* receiver expects fewer elements */
-  assert_int_not_equal(commVerifyP2p(n, (const commP2pOp* const*)ops, nOps, commP2pBuild, FIFO, PIECE, NULL), commSuccess);
+  assert_int_not_equal(commVerifyP2p(n, (const commP2pOp* const*)ops, nOps, commP2pBuild, FIFO, PIECE, NULL),
+                       commSuccess);
   o1[0].count = 100;
   nOps[2] = 0; /* a recv without its send */
-  assert_int_not_equal(commVerifyP2p(n, (const commP2pOp* const*)ops, nOps, commP2pBuild, FIFO, PIECE, NULL), commSuccess);
+  assert_int_not_equal(commVerifyP2p(n, (const commP2pOp* const*)ops, nOps, commP2pBuild, FIFO, PIECE, NULL),
+                       commSuccess);
   nOps[2] = 1;
   /* self send without a self recv is refused by the builder */
   commP2pOp self[1] = {{1, 1, 10, COMM_BUF_USER0}};
@@ -584,14 +598,14 @@ static void test_p2p_negative(void** state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shapes),        cmocka_unit_test(test_stats),
-      cmocka_unit_test(test_geometries),
-      cmocka_unit_test(test_no_prepost),    cmocka_unit_test(test_corrupted),
-      cmocka_unit_test(test_deadlock),      cmocka_unit_test(test_p2p),
-      cmocka_unit_test(test_p2p_negative),  cmocka_unit_test(test_allreduce),
-      cmocka_unit_test(test_broadcast),     cmocka_unit_test(test_reduce),
-      cmocka_unit_test(test_allgather),     cmocka_unit_test(test_reducescatter),
-      cmocka_unit_test(test_alltoall),      cmocka_unit_test(test_oneshot),
-      cmocka_unit_test(test_oneshot_corrupted), cmocka_unit_test(test_aligned_parts),
+      cmocka_unit_test(test_geometries),    cmocka_unit_test(test_no_prepost),
+      cmocka_unit_test(test_corrupted),     cmocka_unit_test(test_deadlock),
+      cmocka_unit_test(test_p2p),           cmocka_unit_test(test_p2p_negative),
+      cmocka_unit_test(test_allreduce),     cmocka_unit_test(test_broadcast),
+      cmocka_unit_test(test_reduce),        cmocka_unit_test(test_allgather),
+      cmocka_unit_test(test_reducescatter), cmocka_unit_test(test_alltoall),
+      cmocka_unit_test(test_oneshot),       cmocka_unit_test(test_oneshot_corrupted),
+      cmocka_unit_test(test_aligned_parts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -48,9 +48,9 @@
 static int netDevice(struct commComm* comm, int channel) {
   struct commNetState* st = comm->net;
   if (st->nDevs <= 1) return 0;
-  int nic = comm->topo && comm->topoRanks ? commTopoRankNic(comm->topo, comm->topoRanks, comm->nRanks, comm->rank,
-                                                            channel)
-                                          : -1;
+  int nic = comm->topo && comm->topoRanks
+                ? commTopoRankNic(comm->topo, comm->topoRanks, comm->nRanks, comm->rank, channel)
+                : -1;
   if (nic >= 0) {
     const commTopoNode* nd = &comm->topo->nodes[nic];
     for (int d = 0; d < st->nDevs; d++)
@@ -180,8 +180,8 @@ static commResult_t netSetupFail(commConn* conn, const char* what, commResult_t 
 }
 
 /* Calls fn until *out is non-NULL, giving up at the comm's deadline or abort. */
-static commResult_t netWait(struct commComm* comm, commConn* conn, const char* what, commResult_t (*fn)(void*, void*, void**),
-                            void* a, void* b, void** out) {
+static commResult_t netWait(struct commComm* comm, commConn* conn, const char* what,
+                            commResult_t (*fn)(void*, void*, void**), void* a, void* b, void** out) {
   int64_t deadline = commDeadlineNs(comm->timeoutMs);
   commBackoff bo = {0};
   for (;;) {
@@ -193,8 +193,8 @@ static commResult_t netWait(struct commComm* comm, commConn* conn, const char* w
       return commInternalError;
     }
     if (commTimeNs() > deadline) {
-      WARN("net connection %s rank %d: %s timed out after %lld ms", conn->isSend ? "to" : "from", conn->peer,
-           what, (long long)comm->timeoutMs);
+      WARN("net connection %s rank %d: %s timed out after %lld ms", conn->isSend ? "to" : "from", conn->peer, what,
+           (long long)comm->timeoutMs);
       return commTimeout;
     }
     commBackoffWait(&bo);

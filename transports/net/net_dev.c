@@ -116,8 +116,10 @@ commResult_t netDevRegister(struct commComm* comm, commConn* conn) {
     return commSystemError;
   }
   st->devProxyStarted = 1;
-  INFO(COMM_NET | COMM_INIT, "NET : rank %d: device buffers cross hosts through pinned host memory, moved by the "
-       "device proxy thread over %s", comm->rank, st->net->name);
+  INFO(COMM_NET | COMM_INIT,
+       "NET : rank %d: device buffers cross hosts through pinned host memory, moved by the "
+       "device proxy thread over %s",
+       comm->rank, st->net->name);
   return commSuccess;
 }
 
@@ -129,8 +131,8 @@ void netDevUnregister(struct commComm* comm, commConn* conn) {
   if (conn->isSend && p && p->sendComm && st->devProxyStarted) {
     int64_t deadline = commDeadlineNs(NET_DEV_DRAIN_MS);
     commBackoff bo = {0};
-    while (!commAborted(comm) && !netFailed(p) && COMM_LOAD_ACQ(&conn->ctrl->tail) < COMM_LOAD_ACQ(&conn->ctrl->head)
-           && commTimeNs() < deadline)
+    while (!commAborted(comm) && !netFailed(p) && COMM_LOAD_ACQ(&conn->ctrl->tail) < COMM_LOAD_ACQ(&conn->ctrl->head) &&
+           commTimeNs() < deadline)
       commBackoffWait(&bo);
   }
   netListRemove(st, st->devConns, &st->nDevConns, conn);
@@ -166,7 +168,7 @@ commResult_t netDevConn(const commConn* conn, commDevConn* out) {
   /* The same offsets in the kernel's mapping of the FIFO. */
   char* host = (char*)p->mem;
   char* dev = (char*)p->memDev;
-#define NET_DEV_ADDR(x) ((void*)(dev + ((char*)(x) - host)))
+#define NET_DEV_ADDR(x) ((void*)(dev + ((char*)(x)-host)))
   commFifoCtrl* ctrl = conn->ctrl;
   memset(out, 0, sizeof(*out));
   out->slots = (char*)(p->slotsOnDevice ? p->slotMem : p->slotMemDev);
@@ -213,14 +215,15 @@ commResult_t netDevRegMr(commConn* conn, netPriv* p, void* netComm) {
   if (p->slotsOnDevice) {
     commResult_t res = p->net->regMr(netComm, conn->slots, bytes, COMM_PTR_CUDA, &p->mhandle);
     if (res == commSuccess) {
-      INFO(COMM_NET, "NET : device connection %s rank %d on channel %d: GPUDirect RDMA, %zu bytes of slots in GPU %d "
-           "memory registered with %s", conn->isSend ? "to" : "from", conn->peer, conn->channel, bytes, p->cudaDev,
-           p->net->name);
+      INFO(COMM_NET,
+           "NET : device connection %s rank %d on channel %d: GPUDirect RDMA, %zu bytes of slots in GPU %d "
+           "memory registered with %s",
+           conn->isSend ? "to" : "from", conn->peer, conn->channel, bytes, p->cudaDev, p->net->name);
       return commSuccess;
     }
     WARN("NET : device connection %s rank %d on channel %d: GPUDirect RDMA is off: %s could not register GPU %d "
-         "memory (%s); its slots move to pinned host memory", conn->isSend ? "to" : "from", conn->peer,
-         conn->channel, p->net->name, p->cudaDev, commGetErrorString(res));
+         "memory (%s); its slots move to pinned host memory",
+         conn->isSend ? "to" : "from", conn->peer, conn->channel, p->net->name, p->cudaDev, commGetErrorString(res));
     p->slotMemRefused = p->slotMem; /* freed at close (see net_internal.h) */
     p->slotMem = p->slotMemDev = NULL;
     p->slotsOnDevice = 0;

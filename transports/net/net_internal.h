@@ -17,7 +17,7 @@
 
 struct commNetState {
   const commNet_t* net;
-  int nDevs;                  /* the plugin's devices (at most NET_MAX_DEVS are used) */
+  int nDevs; /* the plugin's devices (at most NET_MAX_DEVS are used) */
   char devName[NET_MAX_DEVS][64];
   int fromLibrary; /* holds a reference on the loaded plugin library */
   /* Proxy thread. listLock guards comm->netConns against the proxy (the owner thread reads it freely). */
@@ -25,7 +25,7 @@ struct commNetState {
   pthread_mutex_t listLock;
   pthread_t proxy;
   int proxyStarted;
-  int proxyStop;      /* atomic */
+  int proxyStop;            /* atomic */
   pthread_mutex_t wakeLock; /* guards wanted, proxyStop's wake-up */
   pthread_cond_t wake;
   int wanted;         /* the executor left sends pending: the proxy should run */
@@ -37,10 +37,10 @@ struct commNetState {
   int nDevConns, devConnsCap;
   pthread_t devProxy;
   int devProxyStarted;
-  int devProxyStop;            /* atomic */
-  volatile uint32_t* devBusy;  /* [COMM_MAX_CHANNELS] in mapped host memory: block c of a running kernel */
-  uint32_t* devBusyDev;        /* the same words, as kernels address them */
-  int64_t devKickNs;           /* atomic: when the owner last launched a plan using device connections */
+  int devProxyStop;           /* atomic */
+  volatile uint32_t* devBusy; /* [COMM_MAX_CHANNELS] in mapped host memory: block c of a running kernel */
+  uint32_t* devBusyDev;       /* the same words, as kernels address them */
+  int64_t devKickNs;          /* atomic: when the owner last launched a plan using device connections */
 };
 
 typedef struct {
@@ -50,21 +50,21 @@ typedef struct {
   void* sendComm;
   void* recvComm;
   void* mhandle;
-  void* mem;       /* the FIFO: ctrl page, then slots (onDevice: the ctrl page alone) */
-  void* memDev;    /* onDevice: the same memory as the kernel addresses it (mapped, pinned) */
-  void* slotMem;   /* onDevice: the slots, in device memory (slotsOnDevice) or in mapped, pinned host memory */
-  void* slotMemDev; /* onDevice: the slots as the kernel addresses them */
-  int slotsOnDevice; /* GPUDirect RDMA: the plugin reads and writes the slots in GPU memory */
+  void* mem;            /* the FIFO: ctrl page, then slots (onDevice: the ctrl page alone) */
+  void* memDev;         /* onDevice: the same memory as the kernel addresses it (mapped, pinned) */
+  void* slotMem;        /* onDevice: the slots, in device memory (slotsOnDevice) or in mapped, pinned host memory */
+  void* slotMemDev;     /* onDevice: the slots as the kernel addresses them */
+  int slotsOnDevice;    /* GPUDirect RDMA: the plugin reads and writes the slots in GPU memory */
   void* slotMemRefused; /* device slots the plugin would not register: freed at close, not at once (a
                          * cudaFree waits for every kernel on the GPU, and a peer's may be waiting for us) */
-  int onDevice;    /* a device-buffer connection: moved by the device proxy thread only */
+  int onDevice;         /* a device-buffer connection: moved by the device proxy thread only */
   int cudaDev;
   void* reqs[COMM_NSLOTS];
   uint64_t posted; /* isend/irecv posted */
   uint64_t done;   /* completed, in order */
   int failed;
-  int reported;    /* onDevice: the failure was reported (device proxy thread) */
-  int busy; /* try-lock between the executor and the proxy thread */
+  int reported; /* onDevice: the failure was reported (device proxy thread) */
+  int busy;     /* try-lock between the executor and the proxy thread */
 } netPriv;
 
 /* net.c */

@@ -36,7 +36,7 @@ static struct {
 static int netSocketInitDone;
 
 static void netLogger(commNetLogLevel_t level, const char* file, int line, const char* fmt, ...) {
-  commLogLevel_t lvl = level == COMM_NET_LOG_WARN ? COMM_LOG_WARN
+  commLogLevel_t lvl = level == COMM_NET_LOG_WARN   ? COMM_LOG_WARN
                        : level == COMM_NET_LOG_INFO ? COMM_LOG_INFO
                                                     : COMM_LOG_TRACE;
   if (lvl != COMM_LOG_WARN && !COMM_LOG_ENABLED((int)lvl)) return;
@@ -147,7 +147,7 @@ static const commNet_t* netLoadLibrary(const char* name) {
 #ifdef COMM_HAVE_IBVERBS
 static int netIbState; /* 0: not probed; 1: usable; -1: not usable (netIbWhy says why) */
 static char netIbWhy[512];
-static char netIbHow[128]; /* what IB runs over, for the INFO line */
+static char netIbHow[128];     /* what IB runs over, for the INFO line */
 static const commNet_t* netIb; /* the IB table, once usable */
 
 const commIbVerbs* commNetIbVerbs(char* how, size_t howLen, char* why, size_t whyLen) {
@@ -222,8 +222,8 @@ static const commNet_t* netChooseBuiltin(const char* forced, const char* source)
   } else if (forced) {
     net = netIbGet(why, sizeof(why));
     if (net) INFO(COMM_NET | COMM_INIT, "NET : using the built-in IB network (%s=%s)", source, forced);
-    else WARN("NET : %s=%s but IB cannot be used: %s; falling back to the built-in Socket network", source, forced,
-              why);
+    else
+      WARN("NET : %s=%s but IB cannot be used: %s; falling back to the built-in Socket network", source, forced, why);
   } else {
     net = netIbGet(why, sizeof(why));
     if (net) INFO(COMM_NET | COMM_INIT, "NET : using the built-in IB network (automatic: IB has an active RDMA port)");
@@ -271,8 +271,8 @@ commResult_t commNetInit(struct commComm* comm) {
     commNetProperties_t props;
     if (st->net->getProperties(d, &props) == commSuccess) {
       snprintf(st->devName[d], sizeof(st->devName[d]), "%s", props.name ? props.name : "");
-      INFO(COMM_NET | COMM_INIT, "NET : using network %s, device %d %s (%d Mbps)", st->net->name, d,
-           st->devName[d], props.speedMbps);
+      INFO(COMM_NET | COMM_INIT, "NET : using network %s, device %d %s (%d Mbps)", st->net->name, d, st->devName[d],
+           props.speedMbps);
     }
   }
   return commSuccess;

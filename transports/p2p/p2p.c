@@ -36,14 +36,14 @@ typedef struct {
   int32_t pid;
   int32_t dev;
   uint64_t hostHash;
-  uint64_t processNonce;        /* random per process: "same process" without trusting pids (containers) */
-  uint64_t ptr;                 /* the block, in the owner's address space */
-  cudaIpcMemHandle_t handle;    /* the block, for another process */
+  uint64_t processNonce;     /* random per process: "same process" without trusting pids (containers) */
+  uint64_t ptr;              /* the block, in the owner's address space */
+  cudaIpcMemHandle_t handle; /* the block, for another process */
 } p2pInfo;
 
 typedef struct {
-  int localDev;  /* this side's GPU */
-  int peerDev;   /* the other side's GPU (same host) */
+  int localDev; /* this side's GPU */
+  int peerDev;  /* the other side's GPU (same host) */
   int peerSameProcess;
   char* local;   /* this side's block */
   char* remote;  /* the other side's block, as this process addresses it */

@@ -35,25 +35,25 @@ enum { SHM_KIND_SHARED = 1, SHM_KIND_LOCAL = 2 };
 
 typedef struct {
   int32_t kind;
-  int32_t pid;       /* the receiver's pid */
-  uint64_t size;     /* bytes of the mapping */
-  uint64_t cookie;   /* local: this process's cookie */
-  uint64_t ptr;      /* local: address of the FIFO */
-  uint64_t devPtr;   /* local, device connection: the FIFO as kernels address it */
+  int32_t pid;             /* the receiver's pid */
+  uint64_t size;           /* bytes of the mapping */
+  uint64_t cookie;         /* local: this process's cookie */
+  uint64_t ptr;            /* local: address of the FIFO */
+  uint64_t devPtr;         /* local, device connection: the FIFO as kernels address it */
   char name[SHM_NAME_MAX]; /* shared: shm_open name */
 } shmInfo;
 
 typedef struct {
   int kind;
-  int owner;        /* receiver side: frees / unlinks */
+  int owner; /* receiver side: frees / unlinks */
   int peerPid;
   void* base;
   size_t size;
   int unlinked;
   char name[SHM_NAME_MAX];
-  void* baseDev;    /* device connection: the FIFO as this side's kernels address it */
-  int registered;   /* base is registered with CUDA by this side (commDevHostRegister) */
-  int pinned;       /* base came from commDevHostAlloc (one process, receiver) */
+  void* baseDev;  /* device connection: the FIFO as this side's kernels address it */
+  int registered; /* base is registered with CUDA by this side (commDevHostRegister) */
+  int pinned;     /* base came from commDevHostAlloc (one process, receiver) */
   int cudaDev;
 } shmPriv;
 
@@ -323,7 +323,7 @@ static commResult_t shmDevConn(const commConn* conn, commDevConn* out) {
     return commInternalError;
   }
   out->llSlots = out->slots + (size_t)conn->nSlots * conn->slotBytes;
-  out->failed = NULL;  /* a dead peer: the kernel's timeout */
+  out->failed = NULL; /* a dead peer: the kernel's timeout */
   out->sysScope = 1;
   return commSuccess;
 }

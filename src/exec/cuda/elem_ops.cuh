@@ -93,11 +93,11 @@ struct F64Fam {
 };
 
 /* Narrow floats: storage C::S, decoded to float by C::dec, encoded back by C::enc. */
-#define CODEC(NAME, ST, D, E)                                          \
-  struct NAME {                                                        \
-    typedef ST S;                                                      \
-    static __device__ float dec(ST v) { return D(v); }                 \
-    static __device__ ST enc(float f) { return E(f); }                 \
+#define CODEC(NAME, ST, D, E)                          \
+  struct NAME {                                        \
+    typedef ST S;                                      \
+    static __device__ float dec(ST v) { return D(v); } \
+    static __device__ ST enc(float f) { return E(f); } \
   };
 /* The hardware conversions (one instruction each) round as the host's bit-exact software ones do
  * (reduce_elem.h; tests/gpu/test_gpu_reduce checks every op against them); only NaN payloads may differ. */
@@ -142,7 +142,8 @@ struct NarrowFam {
   }
   static __device__ ST copy(int kind, ST sx, const DevArgs& a) {
     if (kind == COMM_REDOP_PREMULSUM && a.pre) return C::enc(__fmul_rn(C::dec((ST)a.scalarBits), C::dec(sx)));
-    if (kind == COMM_REDOP_SUMPOSTDIV && a.post) return C::enc(__fdiv_rn(C::dec(sx), (float)(a.divisor ? a.divisor : 1)));
+    if (kind == COMM_REDOP_SUMPOSTDIV && a.post)
+      return C::enc(__fdiv_rn(C::dec(sx), (float)(a.divisor ? a.divisor : 1)));
     return sx;
   }
 };
@@ -166,21 +167,21 @@ typedef NarrowFam<Bf16Codec> Bf16Fam;
 typedef NarrowFam<E4m3Codec> E4m3Fam;
 typedef NarrowFam<E5m2Codec> E5m2Fam;
 
-#define COMM_DISPATCH(DT, CALL)                                      \
-  switch (DT) {                                                      \
-    case commInt8: return CALL(I8Fam);                               \
-    case commUint8: return CALL(U8Fam);                              \
-    case commInt32: return CALL(I32Fam);                             \
-    case commUint32: return CALL(U32Fam);                            \
-    case commInt64: return CALL(I64Fam);                             \
-    case commUint64: return CALL(U64Fam);                            \
-    case commFloat16: return CALL(HalfFam);                          \
-    case commFloat32: return CALL(F32Fam);                           \
-    case commFloat64: return CALL(F64Fam);                           \
-    case commBfloat16: return CALL(Bf16Fam);                         \
-    case commFloat8e4m3: return CALL(E4m3Fam);                       \
-    case commFloat8e5m2: return CALL(E5m2Fam);                       \
-    default: return cudaErrorInvalidValue;                           \
+#define COMM_DISPATCH(DT, CALL)                \
+  switch (DT) {                                \
+    case commInt8: return CALL(I8Fam);         \
+    case commUint8: return CALL(U8Fam);        \
+    case commInt32: return CALL(I32Fam);       \
+    case commUint32: return CALL(U32Fam);      \
+    case commInt64: return CALL(I64Fam);       \
+    case commUint64: return CALL(U64Fam);      \
+    case commFloat16: return CALL(HalfFam);    \
+    case commFloat32: return CALL(F32Fam);     \
+    case commFloat64: return CALL(F64Fam);     \
+    case commBfloat16: return CALL(Bf16Fam);   \
+    case commFloat8e4m3: return CALL(E4m3Fam); \
+    case commFloat8e5m2: return CALL(E5m2Fam); \
+    default: return cudaErrorInvalidValue;     \
   }
 
 

@@ -60,7 +60,8 @@ static commResult_t stateCreate(commComm* comm) {
   commDevKernelInfo ki = {0, 0, 0, 0, 0};
   CUDACHECKGOTO((cudaError_t)commDevLoadKernels(&ki), res, fail);
   comm->dev = s;
-  INFO(COMM_INIT, "rank %d: CUDA executor on device %d: own stream, %d threads per channel; the kernel uses %d "
+  INFO(COMM_INIT,
+       "rank %d: CUDA executor on device %d: own stream, %d threads per channel; the kernel uses %d "
        "registers and %d bytes of local memory per thread, %d SMs hold %d blocks each (%d of %d threads)",
        comm->rank, comm->cudaDev, COMM_DEV_THREADS, ki.numRegs, ki.localBytes, ki.smCount, ki.blocksPerSm,
        ki.blocksPerSmSmall, COMM_DEV_THREADS_SMALL);
@@ -145,19 +146,22 @@ void commDevFree(commComm* comm) {
   commDevWaitLaunched(s, s->stream);
   cudaStreamSynchronize(s->stream);
   if (s->trace)
-    INFO(COMM_INIT, "rank %d: COMM_DEV_TRACE: latest kernel started at %llu ns (GPU clock), ran %.2f us, thread 0 "
-         "of channel 0 waited %.2f us in %llu waits, the first ending %.2f us after the start", comm->rank,
-         (unsigned long long)s->trace[0], (s->trace[1] - s->trace[0]) / 1e3, s->trace[2] / 1e3,
+    INFO(COMM_INIT,
+         "rank %d: COMM_DEV_TRACE: latest kernel started at %llu ns (GPU clock), ran %.2f us, thread 0 "
+         "of channel 0 waited %.2f us in %llu waits, the first ending %.2f us after the start",
+         comm->rank, (unsigned long long)s->trace[0], (s->trace[1] - s->trace[0]) / 1e3, s->trace[2] / 1e3,
          (unsigned long long)s->trace[3], s->trace[3] ? (s->trace[4] - s->trace[0]) / 1e3 : 0.0);
   if (s->trace && s->trace[5] >= s->trace[0] && s->trace[5] <= s->trace[1])
     INFO(COMM_INIT, "rank %d: COMM_DEV_TRACE: latest kernel's prologue ended %.2f us after its start", comm->rank,
          (s->trace[5] - s->trace[0]) / 1e3);
   if (s->trace && s->trace[6] > s->trace[5] && s->trace[7] >= s->trace[6] && s->trace[7] <= s->trace[1])
-    INFO(COMM_INIT, "rank %d: COMM_DEV_TRACE: its one-shot fold: thread 0 sent its lines %.2f us after the start, "
-         "received its first line %.2f us after the start", comm->rank, (s->trace[6] - s->trace[0]) / 1e3,
-         (s->trace[7] - s->trace[0]) / 1e3);
+    INFO(COMM_INIT,
+         "rank %d: COMM_DEV_TRACE: its one-shot fold: thread 0 sent its lines %.2f us after the start, "
+         "received its first line %.2f us after the start",
+         comm->rank, (s->trace[6] - s->trace[0]) / 1e3, (s->trace[7] - s->trace[0]) / 1e3);
   if (s->trace && s->cachedCalls)
-    INFO(COMM_INIT, "rank %d: COMM_DEV_TRACE: %lld calls launched a cached plan; per call %.3f us before the launch "
+    INFO(COMM_INIT,
+         "rank %d: COMM_DEV_TRACE: %lld calls launched a cached plan; per call %.3f us before the launch "
          "(device, error poll, capture status, stream order), %.3f us in the launch, %.3f us after",
          comm->rank, (long long)s->cachedCalls, s->cachedPreNs / 1e3 / s->cachedCalls,
          s->cachedLaunchNs / 1e3 / s->cachedCalls, s->cachedPostNs / 1e3 / s->cachedCalls);
@@ -170,8 +174,8 @@ void commDevFree(commComm* comm) {
       prev = s->trace[8 + i];
       if (len >= (int)sizeof(line) - 16) break;
     }
-    INFO(COMM_INIT, "rank %d: COMM_DEV_TRACE: channel 0's phases took (us; a step, or steps run as one):%s",
-         comm->rank, len ? line : " -");
+    INFO(COMM_INIT, "rank %d: COMM_DEV_TRACE: channel 0's phases took (us; a step, or steps run as one):%s", comm->rank,
+         len ? line : " -");
   }
   commDevPlanBufsFree(s);
   free(s->planCache);

@@ -40,16 +40,14 @@ static int planCacheKeyEq(const planCacheEntry* e, commFunc_t func, size_t count
                           const void* recvbuff) {
   return e->used && e->func == func && e->count == count && e->dtype == dtype && e->root == root &&
          e->sendbuff == sendbuff && e->recvbuff == recvbuff && e->devScalar == devScalar &&
-         e->redop.kind == redop->kind && e->redop.scalarBits == redop->scalarBits &&
-         e->redop.divisor == redop->divisor;
+         e->redop.kind == redop->kind && e->redop.scalarBits == redop->scalarBits && e->redop.divisor == redop->divisor;
 }
 
 /* Keep the plan just launched (inline, one caller stream, a collective). */
 commResult_t commDevPlanCacheStore(commComm* comm, const commPlan* plan, const commDevArgs* args, size_t inlineBytes,
                                    int threads) {
   commDevState* s = comm->dev;
-  if (s->planCacheOff || plan->func == commFuncSendRecv || plan->nStreams != 1 || !plan->repeatable)
-    return commSuccess;
+  if (s->planCacheOff || plan->func == commFuncSendRecv || plan->nStreams != 1 || !plan->repeatable) return commSuccess;
   if (s->planCache == NULL) COMMCHECK(commCalloc(&s->planCache, PLAN_CACHE, sizeof(planCacheEntry)));
   planCacheEntry* e = NULL;
   for (int i = 0; i < PLAN_CACHE && e == NULL; i++)

@@ -17,23 +17,25 @@ commResult_t commDevCheckError(commComm* comm, int queryStream) {
   const commDevError* e = s->error;
   int code = __atomic_load_n(&e->code, __ATOMIC_ACQUIRE);
   if (code != COMM_DEV_OK) {
-    res = code == COMM_DEV_TIMEOUT ? commTimeout : code == COMM_DEV_ABORTED && commAborted(comm) ? commInvalidUsage
-          : code == COMM_DEV_ABORTED || code == COMM_DEV_NET_FAILED ? commRemoteError : commInvalidUsage;
+    res = code == COMM_DEV_TIMEOUT                                  ? commTimeout
+          : code == COMM_DEV_ABORTED && commAborted(comm)           ? commInvalidUsage
+          : code == COMM_DEV_ABORTED || code == COMM_DEV_NET_FAILED ? commRemoteError
+                                                                    : commInvalidUsage;
     if (!s->errorReported) {
       s->errorReported = 1;
       if (code == COMM_DEV_TIMEOUT)
         WARN("rank %d: operation opCount %llu on device timed out: no progress for %lld ms (COMM_TIMEOUT_MS) "
-             "while %s rank %d on channel %d", comm->rank, (unsigned long long)e->opCount,
-             (long long)comm->timeoutMs, e->isSend ? "waiting for FIFO space to" : "waiting for data from", e->peer,
-             e->channel);
+             "while %s rank %d on channel %d",
+             comm->rank, (unsigned long long)e->opCount, (long long)comm->timeoutMs,
+             e->isSend ? "waiting for FIFO space to" : "waiting for data from", e->peer, e->channel);
       else if (code == COMM_DEV_NET_FAILED)
         WARN("rank %d: operation opCount %llu on device: the network connection %s rank %d on channel %d failed "
-             "(the peer closed it or the network failed; COMM_DEBUG=INFO shows the NET proxy's line on it)", comm->rank,
-             (unsigned long long)e->opCount, e->isSend ? "to" : "from", e->peer, e->channel);
+             "(the peer closed it or the network failed; COMM_DEBUG=INFO shows the NET proxy's line on it)",
+             comm->rank, (unsigned long long)e->opCount, e->isSend ? "to" : "from", e->peer, e->channel);
       else if (code == COMM_DEV_SIZE_MISMATCH)
         WARN("rank %d: operation opCount %llu on device: received %llu bytes from rank %d on channel %d where %llu "
-             "were expected: the ranks called this operation with different counts or datatypes", comm->rank,
-             (unsigned long long)e->opCount, (unsigned long long)e->got, e->peer, e->channel,
+             "were expected: the ranks called this operation with different counts or datatypes",
+             comm->rank, (unsigned long long)e->opCount, (unsigned long long)e->got, e->peer, e->channel,
              (unsigned long long)e->expected);
       else
         WARN("rank %d: operation opCount %llu on device was aborted while %s rank %d on channel %d", comm->rank,

@@ -21,7 +21,7 @@
 #define DEV_TINY_BYTES 256
 
 typedef struct {
-  void* host;  /* pinned, mapped */
+  void* host; /* pinned, mapped */
   size_t cap;
   cudaEvent_t done; /* recorded after the launch that reads it */
   int pending;
@@ -34,11 +34,11 @@ typedef struct scratchBuf {
 
 typedef struct commDevState {
   int dev;
-  int alwaysJoin;       /* COMM_DEV_STREAM_JOIN=1: every call goes through the executor's stream */
-  int smemPlan;         /* COMM_DEV_SMEM_PLAN (default 1): kernels copy their plan into shared memory first */
-  int earlyLaunch;      /* COMM_DEV_PDL (default 1): one-channel kernels launch early (exec_dev.h) */
-  int64_t tinyBytes;    /* COMM_DEV_TINY_BYTES: plans whose steps move at most this much run one warp */
-  int llBatch;          /* COMM_DEV_LL_BATCH (default 2): 1: LL sends or receives to several peers at once;
+  int alwaysJoin;    /* COMM_DEV_STREAM_JOIN=1: every call goes through the executor's stream */
+  int smemPlan;      /* COMM_DEV_SMEM_PLAN (default 1): kernels copy their plan into shared memory first */
+  int earlyLaunch;   /* COMM_DEV_PDL (default 1): one-channel kernels launch early (exec_dev.h) */
+  int64_t tinyBytes; /* COMM_DEV_TINY_BYTES: plans whose steps move at most this much run one warp */
+  int llBatch;       /* COMM_DEV_LL_BATCH (default 2): 1: LL sends or receives to several peers at once;
                          * 2: and one-shot allreduce folds */
   /* Stream order without an event per call: every block of a kernel launched outside graph capture adds 1 to
    * *doneBlocks (device memory) when it ends; launchedBlocks counts those blocks as launched. A call on
@@ -51,14 +51,14 @@ typedef struct commDevState {
   int haveLast;
   volatile int32_t* abortFlagDev; /* the same words, as the kernel addresses them */
   commDevError* errorDev;
-  volatile uint64_t* trace;       /* COMM_DEV_TRACE=1: the latest kernel's timeline (else NULL) */
+  volatile uint64_t* trace; /* COMM_DEV_TRACE=1: the latest kernel's timeline (else NULL) */
   uint64_t* traceDev;
   cudaStream_t stream;
   cudaEvent_t joinIn, joinOut;
   volatile int32_t* abortFlag; /* mapped host memory */
   commDevError* error;         /* mapped host memory */
   int errorReported;
-  planBuf* pool; /* grows when every buffer is still in use */
+  planBuf* pool;             /* grows when every buffer is still in use */
   struct graphFree* retired; /* pool buffers replaced by bigger ones: freed at teardown (see graphBufRelease) */
   int poolSize, poolNext;
   char* llStaging;     /* LL: 2 pieces per channel */

@@ -68,8 +68,8 @@ static inline uint64_t devAddr(const commPlan* plan, commBufRef ref) {
 /* A device plan's layout: its connections (keys, in order of first use), each step's connection indices
  * (stepConn[2i] send, [2i+1] receive; -1: none), hdr's channel and step ranges, the bytes of connections
  * then steps (*bytes), and the most data one step moves (*mostStepBytes). */
-static commResult_t planLayout(commComm* comm, const commPlan* plan, connKey* keys, int* stepConn,
-                               commDevPlanHdr* hdr, size_t* bytes, size_t* mostStepBytes) {
+static commResult_t planLayout(commComm* comm, const commPlan* plan, connKey* keys, int* stepConn, commDevPlanHdr* hdr,
+                               size_t* bytes, size_t* mostStepBytes) {
   int nConns = 0, k = 0;
   size_t most = 0;
   const commSchedule* sc = &plan->sched;
@@ -110,13 +110,13 @@ static commResult_t planFill(commComm* comm, const commPlan* plan, const connKey
     commConn* conn = keys[i].isSend ? ch->devSend[keys[i].peer] : ch->devRecv[keys[i].peer];
     if (conn == NULL) {
       WARN("rank %d: %s opCount %llu: no device connection %s rank %d on channel %d", comm->rank,
-           commFuncName(plan->func), (unsigned long long)plan->opCount, keys[i].isSend ? "to" : "from",
-           keys[i].peer, keys[i].channel);
+           commFuncName(plan->func), (unsigned long long)plan->opCount, keys[i].isSend ? "to" : "from", keys[i].peer,
+           keys[i].channel);
       return commInternalError;
     }
     if (conn->transport == NULL || conn->transport->devConn == NULL) {
-      WARN("rank %d: device connection %s rank %d on channel %d: transport %s cannot serve device buffers",
-           comm->rank, keys[i].isSend ? "to" : "from", keys[i].peer, keys[i].channel,
+      WARN("rank %d: device connection %s rank %d on channel %d: transport %s cannot serve device buffers", comm->rank,
+           keys[i].isSend ? "to" : "from", keys[i].peer, keys[i].channel,
            conn->transport ? conn->transport->name : "(none)");
       return commInternalError;
     }
@@ -265,7 +265,7 @@ commResult_t commDevLaunchPlan(commComm* comm, const commPlan* plan, cudaStream_
   if (h->proxyBusy) commTransportDevLaunched(comm); /* its net FIFOs move from now on */
   if (h->nChannels > 0) {
     /* Steps that move little run with fewer threads: less to synchronise per step. */
-    int threads = mostStepBytes <= (size_t)s->tinyBytes       ? DEV_THREADS_TINY
+    int threads = mostStepBytes <= (size_t)s->tinyBytes        ? DEV_THREADS_TINY
                   : mostStepBytes <= COMM_DEV_SMALL_STEP_BYTES ? COMM_DEV_THREADS_SMALL
                                                                : COMM_DEV_THREADS;
     cudaError_t e = (cudaError_t)commDevLaunch(&args, h->planAddr ? 0 : bytes, threads, stream);
@@ -282,8 +282,8 @@ commResult_t commDevLaunchPlan(commComm* comm, const commPlan* plan, cudaStream_
   } else if (host && capturing) {
     COMMCHECKGOTO(giveToGraph(stream, host), res, out);
   }
-  INFO(COMM_COLL, "rank %d: %s opCount %llu on device: %d channels, %d connections, plan %zu bytes %s",
-       comm->rank, commFuncName(plan->func), (unsigned long long)plan->opCount, h->nChannels, h->nConns, bytes,
+  INFO(COMM_COLL, "rank %d: %s opCount %llu on device: %d channels, %d connections, plan %zu bytes %s", comm->rank,
+       commFuncName(plan->func), (unsigned long long)plan->opCount, h->nChannels, h->nConns, bytes,
        h->planAddr ? "in pinned memory" : "in the launch parameters");
 out:
   if (keys != keysStack) free(keys);

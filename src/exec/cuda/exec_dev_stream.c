@@ -39,8 +39,7 @@ commResult_t commDevWaitLaunched(commDevState* s, cudaStream_t st) {
   CUresult r = waitValue32((CUstream)st, (CUdeviceptr)(uintptr_t)s->doneBlocks, s->launchedBlocks,
                            CU_STREAM_WAIT_VALUE_GEQ);
   if (r != CUDA_SUCCESS) {
-    WARN("cuStreamWaitValue32 (ordering a call after the communicator's previous kernels) failed: CUresult %d",
-         (int)r);
+    WARN("cuStreamWaitValue32 (ordering a call after the communicator's previous kernels) failed: CUresult %d", (int)r);
     return commUnhandledCudaError;
   }
   return commSuccess;

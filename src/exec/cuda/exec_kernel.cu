@@ -39,23 +39,41 @@ __device__ __forceinline__ void fenceAcqRel(bool sys) {
 template <typename T>
 __device__ __forceinline__ T ldcg(const T* p);
 template <>
-__device__ __forceinline__ uint8_t ldcg(const uint8_t* p) { return __ldcg(p); }
+__device__ __forceinline__ uint8_t ldcg(const uint8_t* p) {
+  return __ldcg(p);
+}
 template <>
-__device__ __forceinline__ int8_t ldcg(const int8_t* p) { return (int8_t)__ldcg((const signed char*)p); }
+__device__ __forceinline__ int8_t ldcg(const int8_t* p) {
+  return (int8_t)__ldcg((const signed char*)p);
+}
 template <>
-__device__ __forceinline__ uint16_t ldcg(const uint16_t* p) { return __ldcg(p); }
+__device__ __forceinline__ uint16_t ldcg(const uint16_t* p) {
+  return __ldcg(p);
+}
 template <>
-__device__ __forceinline__ uint32_t ldcg(const uint32_t* p) { return __ldcg(p); }
+__device__ __forceinline__ uint32_t ldcg(const uint32_t* p) {
+  return __ldcg(p);
+}
 template <>
-__device__ __forceinline__ int32_t ldcg(const int32_t* p) { return __ldcg(p); }
+__device__ __forceinline__ int32_t ldcg(const int32_t* p) {
+  return __ldcg(p);
+}
 template <>
-__device__ __forceinline__ uint64_t ldcg(const uint64_t* p) { return __ldcg((const unsigned long long*)p); }
+__device__ __forceinline__ uint64_t ldcg(const uint64_t* p) {
+  return __ldcg((const unsigned long long*)p);
+}
 template <>
-__device__ __forceinline__ int64_t ldcg(const int64_t* p) { return __ldcg((const long long*)p); }
+__device__ __forceinline__ int64_t ldcg(const int64_t* p) {
+  return __ldcg((const long long*)p);
+}
 template <>
-__device__ __forceinline__ float ldcg(const float* p) { return __ldcg(p); }
+__device__ __forceinline__ float ldcg(const float* p) {
+  return __ldcg(p);
+}
 template <>
-__device__ __forceinline__ double ldcg(const double* p) { return __ldcg(p); }
+__device__ __forceinline__ double ldcg(const double* p) {
+  return __ldcg(p);
+}
 
 /* ---- Data movement: the block moves n elements ---- */
 
@@ -178,8 +196,8 @@ struct Plan {
 
 /* An op on the data: every datatype x op kind (a large switch over template instances, kept out of line so
  * that plain copies do not pay for its registers). */
-__device__ __noinline__ void moveOp(const Plan& p, void* d0, void* d1, const void* a, const void* b, size_t n,
-                                    int pre, int post) {
+__device__ __noinline__ void moveOp(const Plan& p, void* d0, void* d1, const void* a, const void* b, size_t n, int pre,
+                                    int post) {
   const commDevPlanHdr* h = p.h;
   int kind = h->redopKind;
   DevArgs args = {p.scalarBits, h->divisor, pre, post};
@@ -203,8 +221,8 @@ __device__ __noinline__ void moveOp(const Plan& p, void* d0, void* d1, const voi
 
 /* The block moves n elements: d0 (and d1) = b ? a op pre(b) : pre/post(a). A plain copy when the op
  * does nothing for these flags. */
-__device__ __forceinline__ void move(const Plan& p, void* d0, void* d1, const void* a, const void* b, size_t n,
-                                     int pre, int post) {
+__device__ __forceinline__ void move(const Plan& p, void* d0, void* d1, const void* a, const void* b, size_t n, int pre,
+                                     int post) {
   const commDevPlanHdr* h = p.h;
   int kind = h->redopKind;
   if (b == NULL && !((pre && kind == COMM_REDOP_PREMULSUM) || (post && kind == COMM_REDOP_SUMPOSTDIV))) {
@@ -345,7 +363,8 @@ __device__ void reportError(const commDevPlanHdr* h, int code, int channel, int 
 __device__ int checkWait(Waiter& w) {
   if (*w.h->abortFlag) return COMM_DEV_ABORTED;
   for (int i = 0; i < 2; i++)
-    if (w.waitConn[i] && w.waitConn[i]->failed && *(volatile uint32_t*)w.waitConn[i]->failed) return COMM_DEV_NET_FAILED;
+    if (w.waitConn[i] && w.waitConn[i]->failed && *(volatile uint32_t*)w.waitConn[i]->failed)
+      return COMM_DEV_NET_FAILED;
   if (*(volatile int32_t*)&w.h->error->code != COMM_DEV_OK) return COMM_DEV_ABORTED; /* another block failed */
   if (w.h->timeoutNs && globalTimer() - w.lastProgress > w.h->timeoutNs) return COMM_DEV_TIMEOUT;
   __nanosleep(100); /* ranks of other processes may share this GPU */
@@ -424,7 +443,9 @@ __device__ void fail(const Plan& p, int code, int channel, int peer, int isSend,
 /* Is the line at p flagged `flag` (both halves)? Its data in d. */
 __device__ __forceinline__ bool llLine(const char* p, uint32_t flag, uint32_t* d) {
   uint32_t d0, f0, d1, f1;
-  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1) : "l"(p)
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
+               : "l"(p)
                : "memory");
   d[0] = d0, d[1] = d1;
   return f0 == flag && f1 == flag;
@@ -500,12 +521,8 @@ __device__ bool runStep(const Plan& p, Waiter& w, int ch, const commDevStep* st)
     return runStepLL(p, w, ch, st);
   switch (st->prim) {
     case COMM_PRIM_NOP: return true;
-    case COMM_PRIM_COPY:
-      move(p, dst, NULL, src, NULL, st->count, pre, post);
-      return true;
-    case COMM_PRIM_REDUCE:
-      move(p, dst, NULL, dst, src, st->count, pre, post);
-      return true;
+    case COMM_PRIM_COPY: move(p, dst, NULL, src, NULL, st->count, pre, post); return true;
+    case COMM_PRIM_REDUCE: move(p, dst, NULL, dst, src, st->count, pre, post); return true;
     case COMM_PRIM_SEND:
     case COMM_PRIM_COPY_SEND:
       for (size_t done = 0; done < st->count;) {
@@ -757,7 +774,8 @@ extern "C" int commDevLoadKernels(commDevKernelInfo* info) {
   e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&info->smCount, cudaDevAttrMultiProcessorCount, dev);
   if (e == cudaSuccess)
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSmFull, execKernel<COMM_DEV_INLINE_BYTES>, COMM_DEV_THREADS, 0);
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSmFull, execKernel<COMM_DEV_INLINE_BYTES>, COMM_DEV_THREADS,
+                                                      0);
   if (e == cudaSuccess)
     e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSmSmall, execKernel<COMM_DEV_INLINE_BYTES>,
                                                       COMM_DEV_THREADS_SMALL, 0);

@@ -29,8 +29,8 @@ __device__ __forceinline__ void llWriteLine(char* dst, size_t bytes, size_t l, u
 
 /* Line l of slot: its data with the flag in both halves, one 16-byte store. */
 __device__ __forceinline__ void llPutLine(char* slot, size_t l, uint2 v, uint32_t flag) {
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(slot + l * 16), "r"(v.x), "r"(flag),
-               "r"(v.y), "r"(flag)
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(slot + l * 16), "r"(v.x), "r"(flag), "r"(v.y),
+               "r"(flag)
                : "memory");
 }
 
@@ -330,8 +330,7 @@ __device__ int llFoldLength(const Plan& p, const commDevStep* steps, int s, int 
     const commDevStep& snd = steps[s + 1 + j];
     const commDevStep& rcv = steps[s + 1 + k + j];
     if (snd.flags || snd.count != a.count || snd.src != a.dst || snd.sendConn < 0 || rcv.prim != COMM_PRIM_RECV ||
-        rcv.flags || rcv.recvConn < 0 ||
-        rcv.count != a.count ||
+        rcv.flags || rcv.recvConn < 0 || rcv.count != a.count ||
         (j > 0 && (snd.sendConn <= steps[s + j].sendConn || rcv.recvConn <= steps[s + k + j].recvConn)) ||
         !llDisjoint(rcv.dst, a.src, bytes) || !llDisjoint(rcv.dst, a.dst, bytes))
       return 0;

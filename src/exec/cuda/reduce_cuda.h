@@ -13,8 +13,8 @@ extern "C" {
 #include "reduce.h"
 
 /* dst[i] = post?( a[i] OP pre?(b[i]) ) on device buffers (dst may alias a or b). */
-int commCudaReduceLocal(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre,
-                        int post, void* stream);
+int commCudaReduceLocal(const commRedOpArgs* args, void* dst, const void* a, const void* b, size_t n, int pre, int post,
+                        void* stream);
 /* dst[i] = post?( pre?(src[i]) ); a device-to-device copy when nothing applies. */
 int commCudaCopy(const commRedOpArgs* args, void* dst, const void* src, size_t n, int pre, int post, void* stream);
 

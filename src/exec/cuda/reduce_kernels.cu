@@ -73,8 +73,8 @@ static void gridFor(size_t n, size_t eltSize, int* blocks, int* threads) {
   static int smCount = 0;
   if (smCount == 0) {
     int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&smCount, cudaDevAttrMultiProcessorCount, dev) !=
-                                                   cudaSuccess)
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&smCount, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
       smCount = 1;
   }
   *threads = 512;
@@ -106,10 +106,8 @@ template <class F>
 static cudaError_t launchCopy(int kind, void* dst, const void* src, size_t n, const DevArgs& args, cudaStream_t s) {
   int blocks, threads;
   gridFor(n, sizeof(typename F::S), &blocks, &threads);
-  if (kind == COMM_REDOP_PREMULSUM)
-    copyKernel<F, COMM_REDOP_PREMULSUM><<<blocks, threads, 0, s>>>(dst, src, n, args);
-  else
-    copyKernel<F, COMM_REDOP_SUMPOSTDIV><<<blocks, threads, 0, s>>>(dst, src, n, args);
+  if (kind == COMM_REDOP_PREMULSUM) copyKernel<F, COMM_REDOP_PREMULSUM><<<blocks, threads, 0, s>>>(dst, src, n, args);
+  else copyKernel<F, COMM_REDOP_SUMPOSTDIV><<<blocks, threads, 0, s>>>(dst, src, n, args);
   return cudaGetLastError();
 }
 

@@ -386,9 +386,9 @@ static int fakeDeallocPd(struct ibv_pd* ibpd) {
   return 0;
 }
 
-#define FAKE_ACCESS_KNOWN                                                                      \
-  (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |                \
-   IBV_ACCESS_REMOTE_ATOMIC | (int)IBV_ACCESS_OPTIONAL_RANGE)
+#define FAKE_ACCESS_KNOWN                                                                                 \
+  (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | \
+   (int)IBV_ACCESS_OPTIONAL_RANGE)
 
 static struct ibv_mr* fakeRegMr(struct ibv_pd* ibpd, void* addr, size_t length, int access) {
   fakePd* pd = CONTAINER(ibpd, fakePd);
@@ -407,7 +407,7 @@ static struct ibv_mr* fakeRegMr(struct ibv_pd* ibpd, void* addr, size_t length, 
     m->mr.length = length;
     m->mr.handle = ++gFake.nextHandle;
     gFake.nextKey += 2;
-    m->mr.lkey = gFake.nextKey;             /* even */
+    m->mr.lkey = gFake.nextKey;               /* even */
     m->mr.rkey = 0x80000001u ^ gFake.nextKey; /* odd, high bit: never an lkey */
     m->access = access;
     m->next = gFake.mrs;

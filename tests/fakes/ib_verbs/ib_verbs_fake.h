@@ -93,8 +93,8 @@ typedef struct {
   uint8_t activeSpeed; /* ibv_port_attr encoding: 1 SDR, 2 DDR, 4 QDR, 8 FDR10, 16 FDR, 32 EDR, 64 HDR, 128 NDR */
   uint8_t activeWidth; /* 1: 1x, 2: 4x, 4: 8x, 8: 12x, 16: 2x */
   enum ibv_mtu activeMtu;
-  uint16_t lid;        /* InfiniBand: this port's LID (keep LIDs distinct in one configuration); Ethernet: 0 */
-  int nGids;           /* entries [0, nGids) are in use; the table has COMM_IB_FAKE_MAX_GIDS entries */
+  uint16_t lid; /* InfiniBand: this port's LID (keep LIDs distinct in one configuration); Ethernet: 0 */
+  int nGids;    /* entries [0, nGids) are in use; the table has COMM_IB_FAKE_MAX_GIDS entries */
   commIbFakeGid gids[COMM_IB_FAKE_MAX_GIDS];
 } commIbFakePort;
 
@@ -128,9 +128,9 @@ typedef struct {
                      * random order (from `seed`) and adds 0-3 steps of random delay per WR, so completions
                      * of different QPs (on one CQ or on several) come out of order; each QP keeps its own */
   uint64_t seed;
-  int delaySteps;   /* a WR executes no earlier than this many wire steps after its post (default 1, >= 1) */
-  int maxPerStep;   /* WRs executed per wire step, all QPs together (0, default: every eligible one) */
-  int dmabuf;       /* 0 (default): regDmabufMr gives EOPNOTSUPP, as a library or NIC without dma-buf; 1: it
+  int delaySteps; /* a WR executes no earlier than this many wire steps after its post (default 1, >= 1) */
+  int maxPerStep; /* WRs executed per wire step, all QPs together (0, default: every eligible one) */
+  int dmabuf;     /* 0 (default): regDmabufMr gives EOPNOTSUPP, as a library or NIC without dma-buf; 1: it
                      * registers [iova, iova + length) as regMr would (the fake has no GPU: a test's stand-in
                      * for device memory is host memory at iova), after checking fd >= 0 (else EBADF) */
 } commIbFakeOptions;

@@ -83,7 +83,7 @@ typedef struct fakeQp {
   fakeSwr* sq; /* ring of cap.max_send_wr: posted, not yet executed */
   int sqHead, sqCount;
   uint64_t sqPosted, sqRetired; /* slots in use: sqPosted - sqRetired */
-  fakeRwr* rq; /* ring of rqCap: posted, not yet consumed */
+  fakeRwr* rq;                  /* ring of rqCap: posted, not yet consumed */
   int rqCap, rqHead, rqCount;
   enum ibv_qp_state state;
   /* attributes */

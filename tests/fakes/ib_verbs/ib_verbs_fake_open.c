@@ -11,10 +11,9 @@
 #include <string.h>
 #include <strings.h>
 
-__attribute__((visibility("default"))) const commIbVerbs* commIbFakeOpen(const char* spec,
-                                                                          const commIbFakeHost* host,
-                                                                          commIbFakeGdr* gdrOut, char* why,
-                                                                          size_t whyLen) {
+__attribute__((visibility("default"))) const commIbVerbs* commIbFakeOpen(const char* spec, const commIbFakeHost* host,
+                                                                         commIbFakeGdr* gdrOut, char* why,
+                                                                         size_t whyLen) {
   if (gdrOut) *gdrOut = COMM_IB_FAKE_GDR_NONE;
   if (host && host->abiVersion != COMM_IB_FAKE_ABI_VERSION) {
     snprintf(why, whyLen, "the verbs fake module has ABI version %d, the library %d", COMM_IB_FAKE_ABI_VERSION,

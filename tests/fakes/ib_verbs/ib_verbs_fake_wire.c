@@ -63,8 +63,7 @@ static int addrReaches(const fakeQp* from, const fakeQp* to) {
     int s = from->ah.grh.sgid_index;
     if (s >= fp->nGids) return 0;
     for (int g = 0; g < tp->nGids; g++)
-      if (memcmp(tp->gids[g].raw, from->ah.grh.dgid.raw, 16) == 0 && tp->gids[g].type == fp->gids[s].type)
-        return 1;
+      if (memcmp(tp->gids[g].raw, from->ah.grh.dgid.raw, 16) == 0 && tp->gids[g].type == fp->gids[s].type) return 1;
     return 0;
   }
   return tp->linkLayer == IBV_LINK_LAYER_INFINIBAND && from->ah.dlid != 0 && from->ah.dlid == tp->lid;
@@ -176,8 +175,8 @@ static void completeSendHead(fakeQp* q, enum ibv_wc_status status) {
   q->sqCount--;
 }
 
-static void completeRecvHead(fakeQp* q, enum ibv_wc_status status, enum ibv_wc_opcode opcode, size_t len,
-                             int withImm, uint32_t imm, const fakeQp* src) {
+static void completeRecvHead(fakeQp* q, enum ibv_wc_status status, enum ibv_wc_opcode opcode, size_t len, int withImm,
+                             uint32_t imm, const fakeQp* src) {
   fakeRwr* r = &q->rq[q->rqHead];
   fakeCqe e;
   memset(&e, 0, sizeof(e));

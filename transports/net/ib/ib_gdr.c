@@ -73,23 +73,23 @@ static int drvFlushSupported(int dev) {
 }
 static int drvFlush(void) {
   pthread_once(&cuOnce, cuLoad);
-  return cu.flushGPUDirectRDMAWrites ? cu.flushGPUDirectRDMAWrites(GDR_CU_FLUSH_TARGET_CURRENT_CTX,
-                                                                    GDR_CU_FLUSH_TO_OWNER)
-                                     : -1;
+  return cu.flushGPUDirectRDMAWrites
+             ? cu.flushGPUDirectRDMAWrites(GDR_CU_FLUSH_TARGET_CURRENT_CTX, GDR_CU_FLUSH_TO_OWNER)
+             : -1;
 }
 
-static const ibGdrOps driverOps = {drvDeviceOf, drvDmabufSupported, drvDmabufFd, drvPeermemLoaded,
-                                   drvFlushSupported, drvFlush};
+static const ibGdrOps driverOps = {drvDeviceOf,      drvDmabufSupported, drvDmabufFd,
+                                   drvPeermemLoaded, drvFlushSupported,  drvFlush};
 
 /* ---------------------------------------------------------------- the choice, per device */
 
 #define GDR_MAX_DEVS 64
 static pthread_mutex_t gdrLock = PTHREAD_MUTEX_INITIALIZER;
 static const ibGdrOps* ops = &driverOps;
-static int dmabufVerbsOff;              /* the verbs library or NIC refused dma-buf once: never again */
-static int probed[GDR_MAX_DEVS];        /* 1 + ibGdrPath, 0: not yet */
-static int flushable[GDR_MAX_DEVS];     /* 1 + (flush supported), 0: not yet */
-static char whyNot[GDR_MAX_DEVS][160];  /* why the paths not taken are not */
+static int dmabufVerbsOff;             /* the verbs library or NIC refused dma-buf once: never again */
+static int probed[GDR_MAX_DEVS];       /* 1 + ibGdrPath, 0: not yet */
+static int flushable[GDR_MAX_DEVS];    /* 1 + (flush supported), 0: not yet */
+static char whyNot[GDR_MAX_DEVS][160]; /* why the paths not taken are not */
 static int warnedOff;
 
 const ibGdrOps* ibGdrDriverOps(void) { return &driverOps; }
@@ -133,12 +133,14 @@ static ibGdrPath probeLocked(int dev) {
   ibGdrPath p = IB_GDR_NONE;
   char dmaWhy[64], peerWhy[64];
   snprintf(dmaWhy, sizeof(dmaWhy), "dma-buf: %s",
-           !(allowed & 1) ? "not allowed by COMM_IB_GDR"
-           : dmabufVerbsOff ? "refused by the verbs library or NIC"
+           !(allowed & 1)               ? "not allowed by COMM_IB_GDR"
+           : dmabufVerbsOff             ? "refused by the verbs library or NIC"
            : !ops->dmabufSupported(dev) ? "not supported by the CUDA driver or GPU"
                                         : "usable");
   snprintf(peerWhy, sizeof(peerWhy), "nvidia-peermem: %s",
-           !(allowed & 2) ? "not allowed by COMM_IB_GDR" : !ops->peermemLoaded() ? "not loaded" : "loaded");
+           !(allowed & 2)          ? "not allowed by COMM_IB_GDR"
+           : !ops->peermemLoaded() ? "not loaded"
+                                   : "loaded");
   if ((allowed & 1) && !dmabufVerbsOff && ops->dmabufSupported(dev)) p = IB_GDR_DMABUF;
   else if ((allowed & 2) && ops->peermemLoaded()) p = IB_GDR_PEERMEM;
   snprintf(whyNot[slot], sizeof(whyNot[slot]), "%s; %s", dmaWhy, peerWhy);
@@ -154,8 +156,8 @@ ibGdrPath ibGdrPathFor(int dev, char* why, size_t whyLen) {
   return p;
 }
 
-commResult_t ibGdrRegister(const commIbVerbs* v, struct ibv_pd* pd, const char* nic, int dev, void* data,
-                           size_t size, int access, ibGdrReg* out) {
+commResult_t ibGdrRegister(const commIbVerbs* v, struct ibv_pd* pd, const char* nic, int dev, void* data, size_t size,
+                           int access, ibGdrReg* out) {
   memset(out, 0, sizeof(*out));
   long page = sysconf(_SC_PAGESIZE);
   uintptr_t pg = page > 0 ? (uintptr_t)page : 4096;
@@ -173,22 +175,22 @@ commResult_t ibGdrRegister(const commIbVerbs* v, struct ibv_pd* pd, const char* 
       pthread_mutex_unlock(&gdrLock);
       if (first)
         WARN("NET/IB : %s: GPUDirect RDMA is off for GPU %d (%s): the NIC cannot reach device buffers, which "
-             "must be staged through pinned host memory", nic, dev, why);
+             "must be staged through pinned host memory",
+             nic, dev, why);
       return commInvalidUsage;
     }
     pthread_mutex_unlock(&gdrLock);
     if (p == IB_GDR_PEERMEM) {
       out->mr = v->regMr(pd, (void*)start, end - start, access);
       if (!out->mr) {
-        WARN("NET/IB : %s: cannot register %zu bytes of GPU %d memory at %p through nvidia-peermem: %s", nic, size,
-             dev, data, strerror(errno));
+        WARN("NET/IB : %s: cannot register %zu bytes of GPU %d memory at %p through nvidia-peermem: %s", nic, size, dev,
+             data, strerror(errno));
         return commSystemError;
       }
     } else {
       int fd = -1;
       if (o->dmabufFd(start, end - start, &fd) != 0 || fd < 0) {
-        WARN("NET/IB : %s: the CUDA driver gave no dma-buf for %zu bytes of GPU %d memory at %p", nic, size, dev,
-             data);
+        WARN("NET/IB : %s: the CUDA driver gave no dma-buf for %zu bytes of GPU %d memory at %p", nic, size, dev, data);
         return commSystemError;
       }
       out->mr = v->regDmabufMr(pd, 0, end - start, (uint64_t)start, fd, access);
@@ -205,8 +207,8 @@ commResult_t ibGdrRegister(const commIbVerbs* v, struct ibv_pd* pd, const char* 
         continue;
       }
       if (!out->mr) {
-        WARN("NET/IB : %s: cannot register %zu bytes of GPU %d memory at %p through dma-buf: %s", nic, size, dev,
-             data, strerror(err));
+        WARN("NET/IB : %s: cannot register %zu bytes of GPU %d memory at %p through dma-buf: %s", nic, size, dev, data,
+             strerror(err));
         return commSystemError;
       }
     }

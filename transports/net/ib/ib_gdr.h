@@ -33,13 +33,13 @@ typedef enum { IB_GDR_NONE = 0, IB_GDR_DMABUF = 1, IB_GDR_PEERMEM = 2 } ibGdrPat
 
 /* What the transport needs of CUDA. Every function returns 0 on success. */
 typedef struct {
-  int (*deviceOf)(const void* ptr);          /* the CUDA device ordinal of a device pointer, else -1 */
-  int (*dmabufSupported)(int dev);           /* 1: the device can export dma-bufs */
+  int (*deviceOf)(const void* ptr);                       /* the CUDA device ordinal of a device pointer, else -1 */
+  int (*dmabufSupported)(int dev);                        /* 1: the device can export dma-bufs */
   int (*dmabufFd)(uintptr_t start, size_t size, int* fd); /* a dma-buf fd for [start, start + size) (page
                                                            * aligned); the caller closes it */
-  int (*peermemLoaded)(void);                /* 1: nvidia-peermem (or nv_peer_mem) is loaded */
-  int (*flushSupported)(int dev);            /* 1: cuFlushGPUDirectRDMAWrites works on the device */
-  int (*flush)(void);                        /* flush the NIC's writes for the current context */
+  int (*peermemLoaded)(void);                             /* 1: nvidia-peermem (or nv_peer_mem) is loaded */
+  int (*flushSupported)(int dev);                         /* 1: cuFlushGPUDirectRDMAWrites works on the device */
+  int (*flush)(void);                                     /* flush the NIC's writes for the current context */
 } ibGdrOps;
 
 /* Replace the CUDA side (tests); NULL restores the driver's. Also forgets what was probed. */
@@ -59,8 +59,8 @@ int ibGdrDeviceOf(const void* ptr);
 /* Register [data, data + size) of device `dev` on pd with `access`. commInvalidUsage (and one WARN per
  * process) when no GPUDirect RDMA path exists; commSystemError (WARN) when the path exists but the
  * registration failed. `nic` names the device in messages. */
-commResult_t ibGdrRegister(const commIbVerbs* v, struct ibv_pd* pd, const char* nic, int dev, void* data,
-                           size_t size, int access, ibGdrReg* out);
+commResult_t ibGdrRegister(const commIbVerbs* v, struct ibv_pd* pd, const char* nic, int dev, void* data, size_t size,
+                           int access, ibGdrReg* out);
 /* The path this process uses for device `dev` (probed on first use), and why the others are not used. */
 ibGdrPath ibGdrPathFor(int dev, char* why, size_t whyLen);
 const char* ibGdrPathName(ibGdrPath p);

@@ -83,13 +83,13 @@ int commIbHcaMatch(const commIbHcaFilter* f, const char* devName, int port) {
 int commIbSpeedMbps(uint8_t activeSpeed, uint8_t activeWidth) {
   int lane;
   switch (activeSpeed) {
-    case 1: lane = 2500; break;    /* SDR */
-    case 2: lane = 5000; break;    /* DDR */
-    case 4: lane = 10000; break;   /* QDR */
-    case 8: lane = 10000; break;   /* FDR10 */
-    case 16: lane = 14000; break;  /* FDR */
-    case 32: lane = 25000; break;  /* EDR */
-    case 64: lane = 50000; break;  /* HDR */
+    case 1: lane = 2500; break;     /* SDR */
+    case 2: lane = 5000; break;     /* DDR */
+    case 4: lane = 10000; break;    /* QDR */
+    case 8: lane = 10000; break;    /* FDR10 */
+    case 16: lane = 14000; break;   /* FDR */
+    case 32: lane = 25000; break;   /* EDR */
+    case 64: lane = 50000; break;   /* HDR */
     case 128: lane = 100000; break; /* NDR */
     default: return 0;
   }

@@ -69,13 +69,12 @@ typedef struct commIbVerbs {
   struct ibv_pd* (*allocPd)(struct ibv_context* context);
   int (*deallocPd)(struct ibv_pd* pd);
   struct ibv_mr* (*regMr)(struct ibv_pd* pd, void* addr, size_t length, int access);
-  struct ibv_mr* (*regDmabufMr)(struct ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd,
-                                int access);
+  struct ibv_mr* (*regDmabufMr)(struct ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access);
   int (*deregMr)(struct ibv_mr* mr);
 
   /* Completion queues and queue pairs. */
-  struct ibv_cq* (*createCq)(struct ibv_context* context, int cqe, void* cqContext,
-                             struct ibv_comp_channel* channel, int compVector);
+  struct ibv_cq* (*createCq)(struct ibv_context* context, int cqe, void* cqContext, struct ibv_comp_channel* channel,
+                             int compVector);
   int (*destroyCq)(struct ibv_cq* cq);
   struct ibv_qp* (*createQp)(struct ibv_pd* pd, struct ibv_qp_init_attr* initAttr);
   int (*modifyQp)(struct ibv_qp* qp, struct ibv_qp_attr* attr, int attrMask);

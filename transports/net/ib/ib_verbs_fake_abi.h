@@ -43,7 +43,7 @@ typedef enum {
  * what the spec asks of GPUDirect RDMA. NULL with the reason in `why` for a bad spec, a host of another ABI
  * version, or devices that cannot be configured (some are open). */
 typedef const commIbVerbs* (*commIbFakeOpenFn)(const char* spec, const commIbFakeHost* host, commIbFakeGdr* gdr,
-                                                char* why, size_t whyLen);
+                                               char* why, size_t whyLen);
 
 #ifdef __cplusplus
 }

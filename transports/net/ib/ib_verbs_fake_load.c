@@ -58,8 +58,9 @@ const commIbVerbs* commIbVerbsLoadFake(const char* spec, char* why, size_t whyLe
     dlclose(handle);
     return NULL;
   }
-  const commIbFakeHost host = {
-      .abiVersion = COMM_IB_FAKE_ABI_VERSION, .isDevicePointer = commIsDevicePointer, .devCopy = commDevCopy};
+  const commIbFakeHost host = {.abiVersion = COMM_IB_FAKE_ABI_VERSION,
+                               .isDevicePointer = commIsDevicePointer,
+                               .devCopy = commDevCopy};
   commIbFakeGdr gdr = COMM_IB_FAKE_GDR_NONE;
   const commIbVerbs* verbs = openFn(spec, &host, &gdr, why, whyLen);
   if (!verbs) return NULL; /* a bad spec: the network choice's log line says why */

@@ -43,9 +43,9 @@ static struct {
   int set;
   queryPortCompat_t queryPort;
   regMr_t regMr;
-  regMrIova2_t regMrIova2;     /* optional (rdma-core >= 24): registration with optional access flags */
-  regDmabufMr_t regDmabufMr;   /* optional (rdma-core >= 34) */
-  forkInit_t forkInit;         /* optional */
+  regMrIova2_t regMrIova2;   /* optional (rdma-core >= 24): registration with optional access flags */
+  regDmabufMr_t regDmabufMr; /* optional (rdma-core >= 34) */
+  forkInit_t forkInit;       /* optional */
 } gSyms;
 static pthread_mutex_t gSymsLock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -133,8 +133,8 @@ commResult_t commIbVerbsLoadFrom(const char* libName, commIbVerbs* table, char* 
     return commSystemError;
   }
   const char* missing = NULL;
-#define IBV_SYM(var, type, sym)                   \
-  type var = (type)dlsym(h, sym);                 \
+#define IBV_SYM(var, type, sym)   \
+  type var = (type)dlsym(h, sym); \
   if (!var && !missing) missing = sym;
   IBV_SYM(getDeviceList, getDeviceList_t, "ibv_get_device_list")
   IBV_SYM(freeDeviceList, freeDeviceList_t, "ibv_free_device_list")

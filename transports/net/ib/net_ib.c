@@ -206,8 +206,8 @@ static commResult_t ibSendProgress(ibComm* c) {
       return commInternalError;
     }
     if (r->size > cts.size) {
-      WARN("NET/IB : %s: message %llu of %zu bytes to %s is larger than the posted receive (%llu bytes)",
-           ibDevName(c), (unsigned long long)r->seq, r->size, c->peerStr, (unsigned long long)cts.size);
+      WARN("NET/IB : %s: message %llu of %zu bytes to %s is larger than the posted receive (%llu bytes)", ibDevName(c),
+           (unsigned long long)r->seq, r->size, c->peerStr, (unsigned long long)cts.size);
       c->err = 1;
       return commInternalError;
     }
@@ -233,8 +233,8 @@ static commResult_t ibSendProgress(ibComm* c) {
       wr.wr.rdma.rkey = cts.rkey;
       int err = commNetIbTable->postSend(c->qps[q], &wr, &bad);
       if (err) {
-        WARN("NET/IB : %s: post of %zu bytes on QP %u (peer %s) failed: %s", ibDevName(c), len,
-             c->qps[q]->qp_num, c->peerStr, strerror(err));
+        WARN("NET/IB : %s: post of %zu bytes on QP %u (peer %s) failed: %s", ibDevName(c), len, c->qps[q]->qp_num,
+             c->peerStr, strerror(err));
         c->err = 1;
         return commSystemError;
       }
@@ -302,8 +302,8 @@ static commResult_t ibRecvProgress(ibComm* c) {
     wr.wr.rdma.rkey = c->remFifoRkey;
     int err = commNetIbTable->postSend(c->qps[0], &wr, &bad);
     if (err) {
-      WARN("NET/IB : %s: posting the credit on QP %u (peer %s) failed: %s", ibDevName(c), c->qps[0]->qp_num,
-           c->peerStr, strerror(err));
+      WARN("NET/IB : %s: posting the credit on QP %u (peer %s) failed: %s", ibDevName(c), c->qps[0]->qp_num, c->peerStr,
+           strerror(err));
       c->err = 1;
       return commSystemError;
     }
@@ -335,8 +335,8 @@ static commResult_t ibIrecv(void* recvComm, int n, void** data, size_t* sizes, i
     wr.wr_id = seq % IB_NREQ;
     int err = commNetIbTable->postRecv(c->qps[q], &wr, &bad);
     if (err) {
-      WARN("NET/IB : %s: posting a receive on QP %u (peer %s) failed: %s", ibDevName(c), c->qps[q]->qp_num,
-           c->peerStr, strerror(err));
+      WARN("NET/IB : %s: posting a receive on QP %u (peer %s) failed: %s", ibDevName(c), c->qps[q]->qp_num, c->peerStr,
+           strerror(err));
       c->err = 1;
       return commSystemError;
     }

@@ -180,8 +180,8 @@ static commResult_t ibConnectQps(ibComm* c) {
                           IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                               IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
     if (err) {
-      WARN("NET/IB : %s: QP %u to RTR (peer %s QP %u) failed: %s", p->devName, c->qps[i]->qp_num, c->peerStr,
-           r->qpn[i], strerror(err));
+      WARN("NET/IB : %s: QP %u to RTR (peer %s QP %u) failed: %s", p->devName, c->qps[i]->qp_num, c->peerStr, r->qpn[i],
+           strerror(err));
       return commSystemError;
     }
     memset(&a, 0, sizeof(a));
@@ -304,8 +304,7 @@ commResult_t commNetIbConnectStep(ibComm* c, const ibHandle* h) {
         c->fd = -1;
         INFO(COMM_NET | COMM_IB, "NET/IB : %s: QPs to %s are up", ibDevName(c), c->peerStr);
         return commSuccess;
-      default:
-        return commSuccess;
+      default: return commSuccess;
     }
   }
 }
@@ -393,8 +392,7 @@ commResult_t commNetIbAcceptStep(ibListen* l, ibComm* c) {
         close(c->fd);
         c->fd = -1;
         return commSuccess;
-      default:
-        return commSuccess;
+      default: return commSuccess;
     }
   }
 }

@@ -25,7 +25,7 @@
 extern const commIbVerbs* commNetIbTable; /* the verbs table in use (commNetIbPlugin) */
 extern int commNetIbNDevs;                /* ports found by init */
 extern commIbPort commNetIbPorts[IB_MAX_DEVS];
-extern int commNetIbHaveIf;               /* the setup sockets' interface was found */
+extern int commNetIbHaveIf; /* the setup sockets' interface was found */
 extern commSockAddr commNetIbIfAddr;
 
 /* ---------------------------------------------------------------- wire formats */
@@ -90,7 +90,7 @@ typedef struct {
   int posted; /* data WRs posted */
   /* receive */
   size_t cap;
-  size_t got; /* bytes received so far (sum of the pieces' immediates) */
+  size_t got;  /* bytes received so far (sum of the pieces' immediates) */
   int pending; /* completions still expected (pieces: send or receive) */
 } ibReq;
 

@@ -118,24 +118,23 @@ static commResult_t adDevices(int* ndev) {
 }
 
 /* The fields every version has, from NCCL's properties `p` to ours. */
-#define AD_COPY_PROPS(out, p)                                                     \
-  do {                                                                            \
-    (out)->name = (p).name;                                                       \
-    (out)->pciPath = (p).pciPath;                                                 \
-    (out)->guid = (p).guid;                                                       \
-    (out)->ptrSupport = (p).ptrSupport & (NCCL_PTR_HOST | NCCL_PTR_CUDA);         \
-    (out)->speedMbps = (p).speed;                                                 \
-    (out)->port = (p).port;                                                       \
-    (out)->latencyUs = (p).latency;                                               \
-    (out)->maxComms = (p).maxComms > 0 ? (p).maxComms : 65536;                    \
-    (out)->maxRecvs = 1;                                                          \
-    if ((p).netDeviceType != NCCL_NET_DEVICE_HOST &&                            \
-        !__atomic_exchange_n(&ad.offloadNoted, 1, __ATOMIC_RELAXED)) {            \
-      INFO(COMM_NET | COMM_INIT,                                                  \
-           "NET : NCCL plugin device %d offers device offload type %d: not used " \
-           "(libcomm drives it as a host network)",                               \
-           dev, (int)(p).netDeviceType);                                          \
-    }                                                                             \
+#define AD_COPY_PROPS(out, p)                                                                                       \
+  do {                                                                                                              \
+    (out)->name = (p).name;                                                                                         \
+    (out)->pciPath = (p).pciPath;                                                                                   \
+    (out)->guid = (p).guid;                                                                                         \
+    (out)->ptrSupport = (p).ptrSupport & (NCCL_PTR_HOST | NCCL_PTR_CUDA);                                           \
+    (out)->speedMbps = (p).speed;                                                                                   \
+    (out)->port = (p).port;                                                                                         \
+    (out)->latencyUs = (p).latency;                                                                                 \
+    (out)->maxComms = (p).maxComms > 0 ? (p).maxComms : 65536;                                                      \
+    (out)->maxRecvs = 1;                                                                                            \
+    if ((p).netDeviceType != NCCL_NET_DEVICE_HOST && !__atomic_exchange_n(&ad.offloadNoted, 1, __ATOMIC_RELAXED)) { \
+      INFO(COMM_NET | COMM_INIT,                                                                                    \
+           "NET : NCCL plugin device %d offers device offload type %d: not used "                                   \
+           "(libcomm drives it as a host network)",                                                                 \
+           dev, (int)(p).netDeviceType);                                                                            \
+    }                                                                                                               \
   } while (0)
 
 /* v9/v10: the smaller of the two limits the plugin gives (0: not given). */
@@ -352,10 +351,10 @@ static commResult_t adCloseListen(void* listenComm) {
 /* ---------------------------------------------------------------- loading */
 
 /* The functions the adapter calls (NULL in a table it cannot use). */
-#define AD_REQUIRED(t)                                                                                    \
-  ((t)->init && (t)->devices && (t)->getProperties && (t)->listen && (t)->connect && (t)->accept &&       \
-   (t)->regMr && (t)->deregMr && (t)->isend && (t)->irecv && (t)->iflush && (t)->test && (t)->closeSend && \
-   (t)->closeRecv && (t)->closeListen)
+#define AD_REQUIRED(t)                                                                                            \
+  ((t)->init && (t)->devices && (t)->getProperties && (t)->listen && (t)->connect && (t)->accept && (t)->regMr && \
+   (t)->deregMr && (t)->isend && (t)->irecv && (t)->iflush && (t)->test && (t)->closeSend && (t)->closeRecv &&    \
+   (t)->closeListen)
 
 const commNet_t* commNetNcclWrap(void* lib, const char* what) {
   const ncclNet_v10_t* v10 = (const ncclNet_v10_t*)dlsym(lib, NET_NCCL_SYMBOL_V10);
@@ -369,7 +368,8 @@ const commNet_t* commNetNcclWrap(void* lib, const char* what) {
     for (size_t i = 0; i < sizeof(older) / sizeof(older[0]); i++) {
       if (dlsym(lib, older[i])) {
         WARN("NET : %s is an NCCL network plugin of an unsupported version (it exports %s; libcomm takes "
-             "ncclNetPlugin_v8, _v9 or _v10)", what, older[i]);
+             "ncclNetPlugin_v8, _v9 or _v10)",
+             what, older[i]);
         break;
       }
     }

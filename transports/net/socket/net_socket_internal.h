@@ -52,17 +52,17 @@ typedef struct {
   int used;
   int isSend;
   char* data;
-  size_t cap;      /* receive: capacity posted */
-  uint64_t size;   /* message size (send: given; receive: from the header) */
-  uint64_t hdr;    /* the header on the wire: size, | SOCK_HDR_INLINE when the payload follows inline */
-  int isInline;    /* payload on the control socket (decided by the sender) */
-  int started;     /* its control part has begun: the sockets below are fixed */
-  int hdrSock;     /* paired: which control socket the header is on (0 shared, 1 private) */
-  int paySock;     /* ... and the inline payload */
-  size_t ctrlOff;  /* bytes of header + inline payload moved on the control socket */
-  int ctrlDone;    /* header (and inline payload) moved, pieces queued */
-  int pending;     /* pieces not finished by the helper threads (atomic) */
-  int err;         /* errno of a failed piece, -1 for EOF (atomic) */
+  size_t cap;     /* receive: capacity posted */
+  uint64_t size;  /* message size (send: given; receive: from the header) */
+  uint64_t hdr;   /* the header on the wire: size, | SOCK_HDR_INLINE when the payload follows inline */
+  int isInline;   /* payload on the control socket (decided by the sender) */
+  int started;    /* its control part has begun: the sockets below are fixed */
+  int hdrSock;    /* paired: which control socket the header is on (0 shared, 1 private) */
+  int paySock;    /* ... and the inline payload */
+  size_t ctrlOff; /* bytes of header + inline payload moved on the control socket */
+  int ctrlDone;   /* header (and inline payload) moved, pieces queued */
+  int pending;    /* pieces not finished by the helper threads (atomic) */
+  int err;        /* errno of a failed piece, -1 for EOF (atomic) */
 } sockReq;
 
 typedef struct {
@@ -85,12 +85,12 @@ typedef struct {
 
 typedef struct sockComm {
   int isSend;
-  int dev;             /* the device (interface) it was made on: helper threads run near it */
-  int ctrlFd;          /* headers (and inline payloads); paired: the shared socket, -1 on an acceptor's send
+  int dev;            /* the device (interface) it was made on: helper threads run near it */
+  int ctrlFd;         /* headers (and inline payloads); paired: the shared socket, -1 on an acceptor's send
                         * connection until it arrives */
-  sockShared* shared;  /* the shared socket of a paired connection, else NULL */
-  int privFd;          /* paired: the connection's own control socket, for bigger inline payloads; else -1 */
-  size_t pairInline;   /* paired: inline payloads up to this size go on the shared socket */
+  sockShared* shared; /* the shared socket of a paired connection, else NULL */
+  int privFd;         /* paired: the connection's own control socket, for bigger inline payloads; else -1 */
+  size_t pairInline;  /* paired: inline payloads up to this size go on the shared socket */
   int nData;
   int dataFds[SOCK_MAX_DATA];
   char peerStr[96];
@@ -102,12 +102,12 @@ typedef struct sockComm {
   uint64_t ctrlSeq; /* requests whose control part is done */
   uint64_t largeSeq;
   size_t inlineBytes;
-  int ctrlErr;      /* sticky error of the control socket: errno, -1 for EOF */
+  int ctrlErr; /* sticky error of the control socket: errno, -1 for EOF */
   /* Receiver: bytes read from the control socket ahead of the request that needs them, so that a small
    * message (header and inline payload) costs one recv() instead of two. */
   char* stage[2]; /* per control socket: 0 the (shared) control socket, 1 the private one when paired */
   size_t stageOff[2], stageLen[2];
-  int mode;       /* paired: the control socket the next header goes on / comes from (0 or 1) */
+  int mode; /* paired: the control socket the next header goes on / comes from (0 or 1) */
 } sockComm;
 
 typedef struct {
@@ -132,7 +132,7 @@ typedef struct {
    * fds[0] is still the connection's own (private) control socket. The reference passes to the accepted
    * comm. */
   sockShared* pairShared;
-  int pairExpect;             /* acceptor: the control socket must come with the PAIRED bit */
+  int pairExpect; /* acceptor: the control socket must come with the PAIRED bit */
   int dev;
 } sockListen;
 
