@@ -3,7 +3,7 @@
  * SPDX-License-Identifier: Apache-2.0
  *
  * A binary describes its collective with one perfColl_t and calls perfMain(); everything else
- * (options, buffers, timing, checking, the table) lives in common.c, launching the ranks in
+ * (buffers, timing, checking, the table) lives in common.c, the options in options.c, launching the ranks in
  * launch.c, and the data types, input pattern and expected values in pattern.c.
  */
 #ifndef COMM_PERF_COMMON_H_
