@@ -94,6 +94,32 @@ static inline void noteWait(commPlan* plan, int channel, int peer, int isSend) {
   plan->waitIsSend = isSend;
 }
 
+/* The next free slot of sc; NULL when there is none yet (the wait noted, for the timeout's message) or on
+ * an error (in *err). */
+static inline char* waitSendSlot(commPlan* plan, int channel, int peer, commConn* sc, commResult_t* err) {
+  char* slot = sendSlot(plan->comm, sc, err);
+  if (*err != commSuccess) return NULL;
+  if (slot == NULL) noteWait(plan, channel, peer, 1);
+  return slot;
+}
+
+/* The next filled slot of rc, which must hold `bytes`; NULL when none has arrived (the wait noted) or on an
+ * error (in *err: the transport's, or a slot of another size: the ranks called with different counts). */
+static inline char* waitRecvSlot(commPlan* plan, int channel, int peer, commConn* rc, size_t bytes, commResult_t* err) {
+  size_t got;
+  char* slot = recvSlot(plan->comm, rc, &got, err);
+  if (*err != commSuccess) return NULL;
+  if (slot == NULL) {
+    noteWait(plan, channel, peer, 0);
+    return NULL;
+  }
+  if (got != bytes) {
+    *err = sizeMismatch(plan, channel, peer, got, bytes);
+    return NULL;
+  }
+  return slot;
+}
+
 /* SEND, COPY_SEND: the step's data into sc's FIFO slot by slot (COPY_SEND: into dst as well). */
 static commResult_t stepSend(commPlan* plan, int c, const commStep* st, commConn* sc, commChannelProgress* pr,
                              int* finished) {
@@ -105,12 +131,8 @@ static commResult_t stepSend(commPlan* plan, int c, const commStep* st, commConn
   if (sc == NULL && st->count > 0) return missingConn(plan, c, st->sendPeer, 1);
   while (pr->workDone < st->count) {
     size_t n = COMM_MIN(piece, st->count - pr->workDone);
-    char* slot = sendSlot(comm, sc, &perr);
-    if (perr != commSuccess) return perr;
-    if (slot == NULL) {
-      noteWait(plan, c, st->sendPeer, 1);
-      return commSuccess;
-    }
+    char* slot = waitSendSlot(plan, c, st->sendPeer, sc, &perr);
+    if (slot == NULL) return perr;
     const char* src = bufPtr(plan, st->src) + pr->workDone * elt;
     copyOp(plan, slot, src, n, flags);
     if (st->prim == COMM_PRIM_COPY_SEND) {
@@ -135,14 +157,9 @@ static commResult_t stepRecv(commPlan* plan, int c, const commStep* st, commConn
   commResult_t perr = commSuccess;
   if (rc == NULL && st->count > 0) return missingConn(plan, c, st->recvPeer, 0);
   while (pr->workDone < st->count) {
-    size_t n = COMM_MIN(piece, st->count - pr->workDone), got;
-    char* slot = recvSlot(comm, rc, &got, &perr);
-    if (perr != commSuccess) return perr;
-    if (slot == NULL) {
-      noteWait(plan, c, st->recvPeer, 0);
-      return commSuccess;
-    }
-    if (got != n * elt) return sizeMismatch(plan, c, st->recvPeer, got, n * elt);
+    size_t n = COMM_MIN(piece, st->count - pr->workDone);
+    char* slot = waitRecvSlot(plan, c, st->recvPeer, rc, n * elt, &perr);
+    if (slot == NULL) return perr;
     char* dst = bufPtr(plan, st->dst) + pr->workDone * elt;
     if (st->prim == COMM_PRIM_RECV) {
       copyOp(plan, dst, slot, n, flags & COMM_STEP_POST);
@@ -170,20 +187,11 @@ static commResult_t stepRecvSend(commPlan* plan, int c, const commStep* st, comm
   if (st->count > 0 && sc == NULL) return missingConn(plan, c, st->sendPeer, 1);
   if (st->count > 0 && rc == NULL) return missingConn(plan, c, st->recvPeer, 0);
   while (pr->workDone < st->count) {
-    size_t n = COMM_MIN(piece, st->count - pr->workDone), got;
-    char* in = recvSlot(comm, rc, &got, &perr);
-    if (perr != commSuccess) return perr;
-    if (in == NULL) {
-      noteWait(plan, c, st->recvPeer, 0);
-      return commSuccess;
-    }
-    char* out = sendSlot(comm, sc, &perr);
-    if (perr != commSuccess) return perr;
-    if (out == NULL) {
-      noteWait(plan, c, st->sendPeer, 1);
-      return commSuccess;
-    }
-    if (got != n * elt) return sizeMismatch(plan, c, st->recvPeer, got, n * elt);
+    size_t n = COMM_MIN(piece, st->count - pr->workDone);
+    char* in = waitRecvSlot(plan, c, st->recvPeer, rc, n * elt, &perr);
+    if (in == NULL) return perr;
+    char* out = waitSendSlot(plan, c, st->sendPeer, sc, &perr);
+    if (out == NULL) return perr;
     size_t off = pr->workDone * elt;
     if (st->prim == COMM_PRIM_RECV_REDUCE_SEND) {
       commReduceLocal(&plan->redop, out, in, bufPtr(plan, st->src) + off, n, flags & COMM_STEP_PRE,
@@ -221,10 +229,9 @@ static commResult_t stepSendRecv(commPlan* plan, int c, const commStep* st, comm
   if (recvCount > 0 && rc == NULL) return missingConn(plan, c, st->recvPeer, 0);
   while (pr->sendDone < sendCount) {
     size_t n = COMM_MIN(piece, sendCount - pr->sendDone);
-    char* slot = sendSlot(comm, sc, &perr);
-    if (perr != commSuccess) return perr;
+    char* slot = waitSendSlot(plan, c, st->sendPeer, sc, &perr);
     if (slot == NULL) {
-      noteWait(plan, c, st->sendPeer, 1);
+      if (perr != commSuccess) return perr;
       break;
     }
     copyOp(plan, slot, bufPtr(plan, st->src) + pr->sendDone * elt, n, flags & COMM_STEP_PRE);
@@ -233,14 +240,12 @@ static commResult_t stepSendRecv(commPlan* plan, int c, const commStep* st, comm
     plan->progressed = 1;
   }
   while (pr->recvDone < recvCount) {
-    size_t n = COMM_MIN(piece, recvCount - pr->recvDone), got;
-    char* slot = recvSlot(comm, rc, &got, &perr);
-    if (perr != commSuccess) return perr;
+    size_t n = COMM_MIN(piece, recvCount - pr->recvDone);
+    char* slot = waitRecvSlot(plan, c, st->recvPeer, rc, n * elt, &perr);
     if (slot == NULL) {
-      noteWait(plan, c, st->recvPeer, 0);
+      if (perr != commSuccess) return perr;
       break;
     }
-    if (got != n * elt) return sizeMismatch(plan, c, st->recvPeer, got, n * elt);
     memcpy(bufPtr(plan, st->dst) + pr->recvDone * elt, slot, n * elt);
     recvRelease(rc);
     pr->recvDone += n;
