@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Check the layer rule of docs/ARCHITECTURE.md: every layer calls only the layers below it.
+''''exec python3 "$0" "$@" # ''' # run by sh or bash, this line hands the file to python3
+DOC = """Check the layer rule of docs/ARCHITECTURE.md: every layer calls only the layers below it.
 
 Two views of the same rule:
   - includes (always): every `#include "..."` of a file in a layer must name a header of the same layer, of
@@ -135,7 +136,7 @@ def symbol_arrows(objects):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=DOC.splitlines()[0])
     ap.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     ap.add_argument("--objects", help="CMake object folder of the library: check its symbol uses too")
     ap.add_argument("--count", action="store_true", help="print only the number of arrows that break the rule")
