@@ -1,4 +1,5 @@
-/* Topology files: a small XML reader that fills the graph through the builder (the canonical writer is
+/* Topology files: a small XML reader that fills the graph through the builder (attribute values in
+ * xml_attr.c, what both share in xml_read.h; the canonical writer is
  * src/topo/xml_write.c; format in src/topo/topo.h). The reader knows only what the format needs: elements, attributes
  * quoted with " or ', the five predefined entities and ASCII character references, comments and the
  * <?xml ...?> prolog. DTDs, CDATA, processing instructions and text content are errors. Every error is
@@ -16,26 +17,13 @@
 #include "topo.h"
 #include "utils.h"
 #include "xml_internal.h"
-
-#define XML_MAX_VALUE 1024
-#define XML_MAX_FILE ((size_t)256 << 20)
-#define XML_MAX_HOST_NODES 1024 /* paths are cubic in a host's node count */
-#define XML_MAX_BW 1e6
-#define XML_MAX_ATTRS 9
+#include "xml_read.h"
 
 /* ---- Schema ---- */
 
-enum { EL_TOPOLOGY, EL_HOST, EL_CPU, EL_PCI, EL_GPU, EL_NIC, EL_NVLINK, EL_COUNT };
-
-typedef struct {
-  const char* name;
-  unsigned parents; /* bit mask of the elements it may appear in (0: the root) */
-  const char* attrs[XML_MAX_ATTRS + 1];
-} xmlElemSpec;
-
 #define IN(el) (1u << (el))
 /* The attribute order here is the order the writer uses. */
-static const xmlElemSpec xmlSpecs[EL_COUNT] = {
+const xmlElemSpec commXmlSpecs[EL_COUNT] = {
     {"topology", 0, {"version"}},
     {"host", IN(EL_TOPOLOGY), {"name", "cpulinkbw"}},
     {"cpu", IN(EL_HOST), {"numa", "arch", "vendor", "cpus", "cores", "name"}},
@@ -48,51 +36,7 @@ static const xmlElemSpec xmlSpecs[EL_COUNT] = {
 const char* const commTopoPciKindNames[3] = {"bridge", "switch", "hostbridge"};
 const char* const commTopoNicLinkNames[3] = {"eth", "ib", "roce"};
 
-/* ---- Parser state ---- */
-
-typedef struct {
-  int gpu, line, count;
-  double bw;
-  char target[COMM_TOPO_BUSID_MAX]; /* "" : the host's NVSwitch */
-} xmlNvPending;
-
-typedef struct {
-  const char* busId;
-  int node, line;
-} xmlBusEntry;
-
-typedef struct {
-  const char* name;
-  int line;
-} xmlHostEntry;
-
-typedef struct {
-  const char* src;
-  const char* p;
-  const char* end;
-  int line;
-  commTopo* topo;
-  struct {
-    int el, node, line;
-  } stack[XML_MAX_DEPTH];
-  int depth;
-  int rootSeen, rootDone, prologSeen;
-  /* The tag being read */
-  int have[XML_MAX_ATTRS], attrLine[XML_MAX_ATTRS];
-  char val[XML_MAX_ATTRS][XML_MAX_VALUE + 1];
-  /* The host being read */
-  int host, hostLine, hostFirstNode;
-  xmlNvPending* nv;
-  int nNv, nvCap;
-  /* Source line of every node, and of every host */
-  int* nodeLines;
-  int nodeLinesCap;
-  int* hostLines;
-  int hostLinesCap;
-} xmlParser;
-
-static commResult_t xmlErr(xmlParser* x, int line, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-static commResult_t xmlErr(xmlParser* x, int line, const char* fmt, ...) {
+commResult_t commXmlErr(xmlParser* x, int line, const char* fmt, ...) {
   char msg[400];
   va_list ap;
   va_start(ap, fmt);
@@ -113,11 +57,8 @@ static commResult_t growInts(int** arr, int* cap, int need) {
 
 /* ---- Lexing ---- */
 
-static int isWs(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 static int isNameStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':'; }
 static int isNameChar(char c) { return isNameStart(c) || (c >= '0' && c <= '9') || c == '-' || c == '.'; }
-static int isHex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
-static int hexVal(char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
 
 static int atEnd(const xmlParser* x) { return x->p >= x->end; }
 static int startsWith(const xmlParser* x, const char* s) {
@@ -144,19 +85,19 @@ static const char* readName(xmlParser* x, int* len) {
   *len = (int)(x->p - s);
   return s;
 }
-#define NAME_SHOWN 48 /* characters of a name or value quoted in messages */
 
 static int findElem(const char* s, int len) {
   for (int e = 0; e < EL_COUNT; e++)
-    if ((int)strlen(xmlSpecs[e].name) == len && memcmp(xmlSpecs[e].name, s, (size_t)len) == 0) return e;
+    if ((int)strlen(commXmlSpecs[e].name) == len && memcmp(commXmlSpecs[e].name, s, (size_t)len) == 0) return e;
   return -1;
 }
 static int findAttr(int el, const char* s, int len) {
-  for (int a = 0; xmlSpecs[el].attrs[a]; a++)
-    if ((int)strlen(xmlSpecs[el].attrs[a]) == len && memcmp(xmlSpecs[el].attrs[a], s, (size_t)len) == 0) return a;
+  for (int a = 0; commXmlSpecs[el].attrs[a]; a++)
+    if ((int)strlen(commXmlSpecs[el].attrs[a]) == len && memcmp(commXmlSpecs[el].attrs[a], s, (size_t)len) == 0)
+      return a;
   return -1;
 }
-static int attrIndex(int el, const char* name) { return findAttr(el, name, (int)strlen(name)); }
+int commXmlAttrIndex(int el, const char* name) { return findAttr(el, name, (int)strlen(name)); }
 
 /* An entity or character reference at x->p ('&'), appended to out. */
 static commResult_t readEntity(xmlParser* x, char* out) {
@@ -168,25 +109,25 @@ static commResult_t readEntity(xmlParser* x, char* out) {
   const char* semi = s;
   while (semi < x->end && semi - s < 12 && *semi != ';' && (isNameChar(*semi) || *semi == '#')) semi++;
   int len = (int)(semi - s);
-  if (semi >= x->end || *semi != ';') return xmlErr(x, x->line, "'&' that does not start an entity (use &amp;)");
+  if (semi >= x->end || *semi != ';') return commXmlErr(x, x->line, "'&' that does not start an entity (use &amp;)");
   if (len > 1 && s[0] == '#') {
     long v = 0;
     int hex = s[1] == 'x', i = hex ? 2 : 1;
-    if (i == len) return xmlErr(x, x->line, "empty character reference &%.*s;", len, s);
+    if (i == len) return commXmlErr(x, x->line, "empty character reference &%.*s;", len, s);
     for (; i < len; i++) {
       if (hex ? !isHex(s[i]) : !(s[i] >= '0' && s[i] <= '9'))
-        return xmlErr(x, x->line, "bad character reference &%.*s;", len, s);
+        return commXmlErr(x, x->line, "bad character reference &%.*s;", len, s);
       v = v * (hex ? 16 : 10) + (hex ? hexVal(s[i]) : s[i] - '0');
       if (v > 127) break;
     }
     if (v < 1 || v > 127)
-      return xmlErr(x, x->line, "character reference &%.*s; is outside the ASCII range 1-127", len, s);
+      return commXmlErr(x, x->line, "character reference &%.*s; is outside the ASCII range 1-127", len, s);
     *out = (char)v;
   } else {
     int k = -1;
     for (int i = 0; i < 5; i++)
       if ((int)strlen(named[i].name) == len && memcmp(named[i].name, s, (size_t)len) == 0) k = i;
-    if (k < 0) return xmlErr(x, x->line, "unknown entity &%.*s;", len, s);
+    if (k < 0) return commXmlErr(x, x->line, "unknown entity &%.*s;", len, s);
     *out = named[k].c;
   }
   x->p = semi + 1;
@@ -200,16 +141,18 @@ static commResult_t readValue(xmlParser* x, const char* attr, char* out) {
   size_t n = 0;
   x->p++;
   for (;;) {
-    if (atEnd(x)) return xmlErr(x, qline, "unterminated string (value of %s)", attr);
+    if (atEnd(x)) return commXmlErr(x, qline, "unterminated string (value of %s)", attr);
     char c = *x->p;
     if (c == q) break;
     if (c == '<') {
-      if (x->line != qline) return xmlErr(x, qline, "unterminated string (value of %s): '<' on line %d", attr, x->line);
-      return xmlErr(x, x->line, "'<' in the value of %s (use &lt;)", attr);
+      if (x->line != qline)
+        return commXmlErr(x, qline, "unterminated string (value of %s): '<' on line %d", attr, x->line);
+      return commXmlErr(x, x->line, "'<' in the value of %s (use &lt;)", attr);
     }
     if ((unsigned char)c < 0x20 && c != '\t' && c != '\n' && c != '\r')
-      return xmlErr(x, x->line, "invalid character 0x%02x in the value of %s", (unsigned char)c, attr);
-    if (n == XML_MAX_VALUE) return xmlErr(x, qline, "value of %s is longer than %d characters", attr, XML_MAX_VALUE);
+      return commXmlErr(x, x->line, "invalid character 0x%02x in the value of %s", (unsigned char)c, attr);
+    if (n == XML_MAX_VALUE)
+      return commXmlErr(x, qline, "value of %s is longer than %d characters", attr, XML_MAX_VALUE);
     if (c == '&') {
       COMMCHECK(readEntity(x, &out[n++]));
     } else {
@@ -222,143 +165,11 @@ static commResult_t readValue(xmlParser* x, const char* attr, char* out) {
   return commSuccess;
 }
 
-/* ---- Attribute values ---- */
-
-static commResult_t attrStr(xmlParser* x, int el, const char* name, char* dst, size_t cap) {
-  int a = attrIndex(el, name);
-  if (!x->have[a]) return commSuccess;
-  size_t n = strlen(x->val[a]);
-  if (n >= cap)
-    return xmlErr(x, x->attrLine[a], "%s on <%s> is longer than %zu characters", name, xmlSpecs[el].name, cap - 1);
-  memcpy(dst, x->val[a], n + 1);
-  return commSuccess;
-}
-
-static commResult_t attrInt(xmlParser* x, int el, const char* name, long lo, long hi, int* out) {
-  int a = attrIndex(el, name);
-  if (!x->have[a]) return commSuccess;
-  const char* s = x->val[a];
-  char* e = NULL;
-  errno = 0;
-  long v = strtol(s, &e, 10);
-  if (s[0] == '\0' || isWs(s[0]) || *e != '\0' || errno == ERANGE)
-    return xmlErr(x, x->attrLine[a], "%s=\"%.*s\" on <%s> is not an integer", name, NAME_SHOWN, s, xmlSpecs[el].name);
-  if (v < lo || v > hi)
-    return xmlErr(x, x->attrLine[a], "%s=%ld on <%s> is outside [%ld, %ld]", name, v, xmlSpecs[el].name, lo, hi);
-  *out = (int)v;
-  return commSuccess;
-}
-
-static commResult_t attrBw(xmlParser* x, int el, const char* name, double* out) {
-  int a = attrIndex(el, name);
-  if (!x->have[a]) return commSuccess;
-  const char* s = x->val[a];
-  char* e = NULL;
-  double v = strtod(s, &e);
-  if (s[0] == '\0' || isWs(s[0]) || *e != '\0' || !isfinite(v))
-    return xmlErr(x, x->attrLine[a], "%s=\"%.*s\" on <%s> is not a number", name, NAME_SHOWN, s, xmlSpecs[el].name);
-  if (!(v >= 0 && v <= XML_MAX_BW))
-    return xmlErr(x, x->attrLine[a], "%s=%s on <%s> is outside [0, %.0f] GB/s", name, s, xmlSpecs[el].name, XML_MAX_BW);
-  *out = v == 0 ? 0.0 : v; /* no -0 */
-  return commSuccess;
-}
-
-static commResult_t attrEnum(xmlParser* x, int el, const char* name, const char* const* names, int n, int* out) {
-  int a = attrIndex(el, name);
-  if (!x->have[a]) return commSuccess;
-  for (int i = 0; i < n; i++) {
-    if (strcmp(x->val[a], names[i]) == 0) {
-      *out = i;
-      return commSuccess;
-    }
-  }
-  char list[64] = "";
-  for (int i = 0; i < n; i++)
-    snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? "|" : "", names[i]);
-  return xmlErr(x, x->attrLine[a], "%s=\"%.*s\" on <%s> is not one of %s", name, NAME_SHOWN, x->val[a],
-                xmlSpecs[el].name, list);
-}
-
-static commResult_t attrGuid(xmlParser* x, int el, const char* name, uint64_t* out) {
-  int a = attrIndex(el, name);
-  if (!x->have[a]) return commSuccess;
-  const char* s = x->val[a];
-  size_t n = strlen(s);
-  int ok = n > 2 && n <= 18 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
-  uint64_t v = 0;
-  for (size_t i = 2; ok && i < n; i++) {
-    if (!isHex(s[i])) ok = 0;
-    else v = v << 4 | (uint64_t)hexVal(s[i]);
-  }
-  if (!ok)
-    return xmlErr(x, x->attrLine[a], "%s=\"%.*s\" on <%s> is not a hexadecimal 0x... of at most 16 digits", name,
-                  NAME_SHOWN, s, xmlSpecs[el].name);
-  *out = v;
-  return commSuccess;
-}
-
-/* "dddd:bb:dd.f" or "bb:dd.f" (hex, any case) to "dddd:bb:dd.f" in lower case; -1 when malformed. */
-static int normBusId(const char* in, char out[COMM_TOPO_BUSID_MAX]) {
-  size_t len = strlen(in);
-  char buf[13];
-  if (len == 7) {
-    memcpy(buf, "0000:", 5);
-    memcpy(buf + 5, in, 8);
-  } else if (len == 12) {
-    memcpy(buf, in, 13);
-  } else {
-    return -1;
-  }
-  for (int i = 0; i < 12; i++) {
-    int sep = i == 4 || i == 7 ? ':' : i == 10 ? '.' : 0;
-    if (sep ? buf[i] != sep : !isHex(buf[i])) return -1;
-    if (!sep && buf[i] >= 'A' && buf[i] <= 'F') buf[i] = (char)(buf[i] | 0x20);
-  }
-  if (hexVal(buf[8]) * 16 + hexVal(buf[9]) > 0x1f || buf[11] > '7') return -1;
-  memcpy(out, buf, 13);
-  return 0;
-}
-
-static commResult_t attrBusId(xmlParser* x, int el, char out[COMM_TOPO_BUSID_MAX]) {
-  int a = attrIndex(el, "busid");
-  if (!x->have[a]) return commSuccess;
-  if (normBusId(x->val[a], out) != 0)
-    return xmlErr(x, x->attrLine[a], "busid=\"%.*s\" on <%s> is not a PCI address dddd:bb:dd.f", NAME_SHOWN, x->val[a],
-                  xmlSpecs[el].name);
-  return commSuccess;
-}
-
-/* A Linux cpu list: "", or comma-separated N or N-M with N <= M. */
-static int validCpuList(const char* s) {
-  if (*s == '\0') return 1;
-  for (;;) {
-    char* e;
-    if (!(*s >= '0' && *s <= '9')) return 0;
-    long a = strtol(s, &e, 10), b = a;
-    s = e;
-    if (*s == '-') {
-      s++;
-      if (!(*s >= '0' && *s <= '9')) return 0;
-      b = strtol(s, &e, 10);
-      s = e;
-    }
-    if (a > b || b > (1L << 24)) return 0;
-    if (*s == '\0') return 1;
-    if (*s++ != ',') return 0;
-  }
-}
-
-static commResult_t requireAttr(xmlParser* x, int el, const char* name, int tagLine) {
-  if (!x->have[attrIndex(el, name)])
-    return xmlErr(x, tagLine, "<%s> lacks the required attribute %s", xmlSpecs[el].name, name);
-  return commSuccess;
-}
-
 /* ---- Elements ---- */
 
 static commResult_t addNode(xmlParser* x, int type, int parent, int line, int* node) {
   if (x->topo->nNodes - x->hostFirstNode >= XML_MAX_HOST_NODES)
-    return xmlErr(x, line, "host has more than %d nodes", XML_MAX_HOST_NODES);
+    return commXmlErr(x, line, "host has more than %d nodes", XML_MAX_HOST_NODES);
   COMMCHECK(commTopoAddNode(x->topo, x->host, type, parent, node));
   COMMCHECK(growInts(&x->nodeLines, &x->nodeLinesCap, *node + 1));
   x->nodeLines[*node] = line;
@@ -372,14 +183,14 @@ static commResult_t openElement(xmlParser* x, int el, int line, int* node) {
   switch (el) {
     case EL_TOPOLOGY: {
       int version = 1;
-      COMMCHECK(attrInt(x, el, "version", 1, 1, &version));
+      COMMCHECK(commXmlAttrInt(x, el, "version", 1, 1, &version));
       break;
     }
     case EL_HOST: {
       char name[COMM_TOPO_NAME_MAX] = "";
       double bw = 0;
-      COMMCHECK(attrStr(x, el, "name", name, sizeof(name)));
-      COMMCHECK(attrBw(x, el, "cpulinkbw", &bw));
+      COMMCHECK(commXmlAttrStr(x, el, "name", name, sizeof(name)));
+      COMMCHECK(commXmlAttrBw(x, el, "cpulinkbw", &bw));
       COMMCHECK(commTopoAddHost(topo, name, &x->host));
       topo->hosts[x->host].cpuLinkBw = bw;
       COMMCHECK(growInts(&x->hostLines, &x->hostLinesCap, x->host + 1));
@@ -393,15 +204,15 @@ static commResult_t openElement(xmlParser* x, int el, int line, int* node) {
       commTopoNode tmp;
       memset(&tmp, 0, sizeof(tmp));
       tmp.u.cpu.numa = -1;
-      COMMCHECK(attrInt(x, el, "numa", -1, 65535, &tmp.u.cpu.numa));
-      COMMCHECK(attrStr(x, el, "arch", tmp.u.cpu.arch, sizeof(tmp.u.cpu.arch)));
-      COMMCHECK(attrStr(x, el, "vendor", tmp.u.cpu.vendor, sizeof(tmp.u.cpu.vendor)));
-      COMMCHECK(attrStr(x, el, "cpus", tmp.u.cpu.cpus, sizeof(tmp.u.cpu.cpus)));
-      if (!validCpuList(tmp.u.cpu.cpus))
-        return xmlErr(x, x->attrLine[attrIndex(el, "cpus")], "cpus=\"%.*s\" on <cpu> is not a cpu list like 0-7,16-23",
-                      NAME_SHOWN, tmp.u.cpu.cpus);
-      COMMCHECK(attrInt(x, el, "cores", 0, 1 << 24, &tmp.u.cpu.nCores));
-      COMMCHECK(attrStr(x, el, "name", tmp.name, sizeof(tmp.name)));
+      COMMCHECK(commXmlAttrInt(x, el, "numa", -1, 65535, &tmp.u.cpu.numa));
+      COMMCHECK(commXmlAttrStr(x, el, "arch", tmp.u.cpu.arch, sizeof(tmp.u.cpu.arch)));
+      COMMCHECK(commXmlAttrStr(x, el, "vendor", tmp.u.cpu.vendor, sizeof(tmp.u.cpu.vendor)));
+      COMMCHECK(commXmlAttrStr(x, el, "cpus", tmp.u.cpu.cpus, sizeof(tmp.u.cpu.cpus)));
+      if (!commXmlValidCpuList(tmp.u.cpu.cpus))
+        return commXmlErr(x, x->attrLine[commXmlAttrIndex(el, "cpus")],
+                          "cpus=\"%.*s\" on <cpu> is not a cpu list like 0-7,16-23", NAME_SHOWN, tmp.u.cpu.cpus);
+      COMMCHECK(commXmlAttrInt(x, el, "cores", 0, 1 << 24, &tmp.u.cpu.nCores));
+      COMMCHECK(commXmlAttrStr(x, el, "name", tmp.name, sizeof(tmp.name)));
       COMMCHECK(addNode(x, COMM_TOPO_CPU, -1, line, node));
       commTopoNode* n = commTopoNodeAt(topo, *node);
       memcpy(n->name, tmp.name, sizeof(n->name));
@@ -411,11 +222,11 @@ static commResult_t openElement(xmlParser* x, int el, int line, int* node) {
     case EL_PCI: {
       commTopoNode tmp;
       memset(&tmp, 0, sizeof(tmp));
-      COMMCHECK(attrBusId(x, el, tmp.busId));
-      COMMCHECK(attrEnum(x, el, "kind", commTopoPciKindNames, 3, &tmp.u.pci.kind));
-      COMMCHECK(attrInt(x, el, "gen", 0, 16, &tmp.u.pci.gen));
-      COMMCHECK(attrInt(x, el, "width", 0, 32, &tmp.u.pci.width));
-      COMMCHECK(attrBw(x, el, "bw", &tmp.bw));
+      COMMCHECK(commXmlAttrBusId(x, el, tmp.busId));
+      COMMCHECK(commXmlAttrEnum(x, el, "kind", commTopoPciKindNames, 3, &tmp.u.pci.kind));
+      COMMCHECK(commXmlAttrInt(x, el, "gen", 0, 16, &tmp.u.pci.gen));
+      COMMCHECK(commXmlAttrInt(x, el, "width", 0, 32, &tmp.u.pci.width));
+      COMMCHECK(commXmlAttrBw(x, el, "bw", &tmp.bw));
       COMMCHECK(addNode(x, COMM_TOPO_PCI, parent, line, node));
       commTopoNode* n = commTopoNodeAt(topo, *node);
       memcpy(n->busId, tmp.busId, sizeof(n->busId));
@@ -427,13 +238,13 @@ static commResult_t openElement(xmlParser* x, int el, int line, int* node) {
       commTopoNode tmp;
       memset(&tmp, 0, sizeof(tmp));
       tmp.u.gpu.dev = -1;
-      COMMCHECK(requireAttr(x, el, "busid", line));
-      COMMCHECK(attrBusId(x, el, tmp.busId));
-      COMMCHECK(attrInt(x, el, "dev", -1, 65535, &tmp.u.gpu.dev));
-      COMMCHECK(attrInt(x, el, "sm", 0, 10000, &tmp.u.gpu.sm));
-      COMMCHECK(attrInt(x, el, "mem", 0, 0x7fffffff, &tmp.u.gpu.memMB));
-      COMMCHECK(attrStr(x, el, "name", tmp.name, sizeof(tmp.name)));
-      COMMCHECK(attrBw(x, el, "bw", &tmp.bw));
+      COMMCHECK(commXmlRequireAttr(x, el, "busid", line));
+      COMMCHECK(commXmlAttrBusId(x, el, tmp.busId));
+      COMMCHECK(commXmlAttrInt(x, el, "dev", -1, 65535, &tmp.u.gpu.dev));
+      COMMCHECK(commXmlAttrInt(x, el, "sm", 0, 10000, &tmp.u.gpu.sm));
+      COMMCHECK(commXmlAttrInt(x, el, "mem", 0, 0x7fffffff, &tmp.u.gpu.memMB));
+      COMMCHECK(commXmlAttrStr(x, el, "name", tmp.name, sizeof(tmp.name)));
+      COMMCHECK(commXmlAttrBw(x, el, "bw", &tmp.bw));
       COMMCHECK(addNode(x, COMM_TOPO_GPU, parent, line, node));
       commTopoNode* n = commTopoNodeAt(topo, *node);
       memcpy(n->busId, tmp.busId, sizeof(n->busId));
@@ -445,18 +256,19 @@ static commResult_t openElement(xmlParser* x, int el, int line, int* node) {
     case EL_NIC: {
       commTopoNode tmp;
       memset(&tmp, 0, sizeof(tmp));
-      COMMCHECK(requireAttr(x, el, "name", line));
-      COMMCHECK(attrBusId(x, el, tmp.busId));
-      COMMCHECK(attrStr(x, el, "name", tmp.name, sizeof(tmp.name)));
-      if (tmp.name[0] == '\0') return xmlErr(x, x->attrLine[attrIndex(el, "name")], "name on <nic> is empty");
-      COMMCHECK(attrEnum(x, el, "link", commTopoNicLinkNames, 3, &tmp.u.nic.link));
-      COMMCHECK(attrInt(x, el, "port", 0, 255, &tmp.u.nic.port));
-      COMMCHECK(attrInt(x, el, "speed", 0, 0x7fffffff, &tmp.u.nic.speedMbps));
+      COMMCHECK(commXmlRequireAttr(x, el, "name", line));
+      COMMCHECK(commXmlAttrBusId(x, el, tmp.busId));
+      COMMCHECK(commXmlAttrStr(x, el, "name", tmp.name, sizeof(tmp.name)));
+      if (tmp.name[0] == '\0')
+        return commXmlErr(x, x->attrLine[commXmlAttrIndex(el, "name")], "name on <nic> is empty");
+      COMMCHECK(commXmlAttrEnum(x, el, "link", commTopoNicLinkNames, 3, &tmp.u.nic.link));
+      COMMCHECK(commXmlAttrInt(x, el, "port", 0, 255, &tmp.u.nic.port));
+      COMMCHECK(commXmlAttrInt(x, el, "speed", 0, 0x7fffffff, &tmp.u.nic.speedMbps));
       memcpy(tmp.u.nic.netdev, tmp.name, sizeof(tmp.name)); /* a netdev's own name unless told */
-      COMMCHECK(attrStr(x, el, "netdev", tmp.u.nic.netdev, sizeof(tmp.u.nic.netdev)));
-      COMMCHECK(attrGuid(x, el, "guid", &tmp.u.nic.guid));
-      COMMCHECK(attrInt(x, el, "gdr", 0, 1, &tmp.u.nic.gdr));
-      COMMCHECK(attrBw(x, el, "bw", &tmp.bw));
+      COMMCHECK(commXmlAttrStr(x, el, "netdev", tmp.u.nic.netdev, sizeof(tmp.u.nic.netdev)));
+      COMMCHECK(commXmlAttrGuid(x, el, "guid", &tmp.u.nic.guid));
+      COMMCHECK(commXmlAttrInt(x, el, "gdr", 0, 1, &tmp.u.nic.gdr));
+      COMMCHECK(commXmlAttrBw(x, el, "bw", &tmp.bw));
       COMMCHECK(addNode(x, COMM_TOPO_NIC, parent, line, node));
       commTopoNode* n = commTopoNodeAt(topo, *node);
       memcpy(n->busId, tmp.busId, sizeof(n->busId));
@@ -471,17 +283,17 @@ static commResult_t openElement(xmlParser* x, int el, int line, int* node) {
       nv.gpu = parent;
       nv.line = line;
       nv.count = 1;
-      COMMCHECK(requireAttr(x, el, "target", line));
-      int a = attrIndex(el, "target");
+      COMMCHECK(commXmlRequireAttr(x, el, "target", line));
+      int a = commXmlAttrIndex(el, "target");
       if (strcmp(x->val[a], "nvswitch") != 0) {
-        if (normBusId(x->val[a], nv.target) != 0)
-          return xmlErr(x, x->attrLine[a], "nvlink target=\"%.*s\" is neither nvswitch nor a GPU bus id", NAME_SHOWN,
-                        x->val[a]);
+        if (commXmlNormBusId(x->val[a], nv.target) != 0)
+          return commXmlErr(x, x->attrLine[a], "nvlink target=\"%.*s\" is neither nvswitch nor a GPU bus id",
+                            NAME_SHOWN, x->val[a]);
         if (strcmp(nv.target, topo->nodes[parent].busId) == 0)
-          return xmlErr(x, x->attrLine[a], "nvlink target %s is the GPU itself", nv.target);
+          return commXmlErr(x, x->attrLine[a], "nvlink target %s is the GPU itself", nv.target);
       }
-      COMMCHECK(attrInt(x, el, "count", 1, 1024, &nv.count));
-      COMMCHECK(attrBw(x, el, "bw", &nv.bw));
+      COMMCHECK(commXmlAttrInt(x, el, "count", 1, 1024, &nv.count));
+      COMMCHECK(commXmlAttrBw(x, el, "bw", &nv.bw));
       if (x->nNv == x->nvCap) {
         int cap = x->nvCap ? x->nvCap * 2 : 16;
         COMMCHECK(commRealloc(&x->nv, (size_t)x->nvCap, (size_t)cap, sizeof(*x->nv)));
@@ -508,7 +320,7 @@ static commResult_t closeHost(xmlParser* x) {
   commResult_t res = commSuccess;
   xmlBusEntry* bus = NULL;
   for (int i = first; i < topo->nNodes; i++) nCpus += topo->nodes[i].type == COMM_TOPO_CPU;
-  if (nCpus == 0) return xmlErr(x, x->hostLine, "<host> has no <cpu>");
+  if (nCpus == 0) return commXmlErr(x, x->hostLine, "<host> has no <cpu>");
   COMMCHECK(commCalloc(&bus, (size_t)n + 1, sizeof(*bus)));
   for (int i = first; i < topo->nNodes; i++)
     if (topo->nodes[i].busId[0]) bus[nBus++] = (xmlBusEntry){topo->nodes[i].busId, i, x->nodeLines[i]};
@@ -520,7 +332,7 @@ static commResult_t closeHost(xmlParser* x) {
     if (strcmp(bus[i].busId, bus[i - 1].busId) == 0 && !nics && (dup < 0 || bus[i].line < bus[dup].line)) dup = i;
   }
   if (dup >= 0) {
-    res = xmlErr(x, bus[dup].line, "duplicate bus id %s (also on line %d)", bus[dup].busId, bus[dup - 1].line);
+    res = commXmlErr(x, bus[dup].line, "duplicate bus id %s (also on line %d)", bus[dup].busId, bus[dup - 1].line);
     goto exit;
   }
   int nvs = -1;
@@ -539,12 +351,12 @@ static commResult_t closeHost(xmlParser* x) {
         else hi = mid;
       }
       if (lo == nBus || strcmp(bus[lo].busId, nv->target) != 0) {
-        res = xmlErr(x, nv->line, "nvlink target %s not found in this host", nv->target);
+        res = commXmlErr(x, nv->line, "nvlink target %s not found in this host", nv->target);
         goto exit;
       }
       peer = bus[lo].node;
       if (topo->nodes[peer].type != COMM_TOPO_GPU) {
-        res = xmlErr(x, nv->line, "nvlink target %s (line %d) is not a <gpu>", nv->target, bus[lo].line);
+        res = commXmlErr(x, nv->line, "nvlink target %s (line %d) is not a <gpu>", nv->target, bus[lo].line);
         goto exit;
       }
     }
@@ -574,7 +386,8 @@ static commResult_t checkHostNames(xmlParser* x) {
   int dup = -1;
   for (int i = 1; i < n; i++)
     if (strcmp(e[i].name, e[i - 1].name) == 0 && (dup < 0 || e[i].line < e[dup].line)) dup = i;
-  if (dup >= 0) res = xmlErr(x, e[dup].line, "duplicate host name %s (also on line %d)", e[dup].name, e[dup - 1].line);
+  if (dup >= 0)
+    res = commXmlErr(x, e[dup].line, "duplicate host name %s (also on line %d)", e[dup].name, e[dup - 1].line);
   free(e);
   return res;
 }
@@ -582,7 +395,7 @@ static commResult_t checkHostNames(xmlParser* x) {
 static commResult_t closeElement(xmlParser* x, int el, int line) {
   if (el == EL_HOST) COMMCHECK(closeHost(x));
   if (el == EL_TOPOLOGY) {
-    if (x->topo->nHosts == 0) return xmlErr(x, line, "<topology> has no <host>");
+    if (x->topo->nHosts == 0) return commXmlErr(x, line, "<topology> has no <host>");
     COMMCHECK(checkHostNames(x));
     x->rootDone = 1;
   }
@@ -596,33 +409,34 @@ static commResult_t readOpenTag(xmlParser* x) {
   x->p++; /* '<' */
   const char* name = readName(x, &len);
   if (len == 0) {
-    if (atEnd(x)) return xmlErr(x, line, "unterminated tag");
-    return xmlErr(x, line, "expected an element name after '<'");
+    if (atEnd(x)) return commXmlErr(x, line, "unterminated tag");
+    return commXmlErr(x, line, "expected an element name after '<'");
   }
   int el = findElem(name, len);
-  if (el < 0) return xmlErr(x, line, "unknown element <%.*s>", COMM_MIN(len, NAME_SHOWN), name);
+  if (el < 0) return commXmlErr(x, line, "unknown element <%.*s>", COMM_MIN(len, NAME_SHOWN), name);
   if (x->depth == 0) {
-    if (x->rootSeen) return xmlErr(x, line, "<%s> after the end of <topology>", xmlSpecs[el].name);
-    if (el != EL_TOPOLOGY) return xmlErr(x, line, "the root element is <%s>, expected <topology>", xmlSpecs[el].name);
+    if (x->rootSeen) return commXmlErr(x, line, "<%s> after the end of <topology>", commXmlSpecs[el].name);
+    if (el != EL_TOPOLOGY)
+      return commXmlErr(x, line, "the root element is <%s>, expected <topology>", commXmlSpecs[el].name);
   } else {
     int parentEl = x->stack[x->depth - 1].el;
-    if (!(xmlSpecs[el].parents & IN(parentEl)))
-      return xmlErr(x, line, "<%s> is not allowed inside <%s>", xmlSpecs[el].name, xmlSpecs[parentEl].name);
-    if (x->depth >= XML_MAX_DEPTH) return xmlErr(x, line, "elements nested deeper than %d", XML_MAX_DEPTH);
+    if (!(commXmlSpecs[el].parents & IN(parentEl)))
+      return commXmlErr(x, line, "<%s> is not allowed inside <%s>", commXmlSpecs[el].name, commXmlSpecs[parentEl].name);
+    if (x->depth >= XML_MAX_DEPTH) return commXmlErr(x, line, "elements nested deeper than %d", XML_MAX_DEPTH);
   }
   memset(x->have, 0, sizeof(x->have));
   int selfClose = 0;
   for (;;) {
     int ws = skipWs(x);
-    if (atEnd(x)) return xmlErr(x, line, "unterminated tag <%s>", xmlSpecs[el].name);
+    if (atEnd(x)) return commXmlErr(x, line, "unterminated tag <%s>", commXmlSpecs[el].name);
     if (*x->p == '>') {
       x->p++;
       break;
     }
     if (*x->p == '/') {
       x->p++;
-      if (atEnd(x)) return xmlErr(x, line, "unterminated tag <%s>", xmlSpecs[el].name);
-      if (*x->p != '>') return xmlErr(x, x->line, "expected '>' after '/' in <%s>", xmlSpecs[el].name);
+      if (atEnd(x)) return commXmlErr(x, line, "unterminated tag <%s>", commXmlSpecs[el].name);
+      if (*x->p != '>') return commXmlErr(x, x->line, "expected '>' after '/' in <%s>", commXmlSpecs[el].name);
       x->p++;
       selfClose = 1;
       break;
@@ -632,22 +446,23 @@ static commResult_t readOpenTag(xmlParser* x) {
     if (alen == 0) {
       char c = *x->p;
       if ((unsigned char)c < 0x20 || (unsigned char)c >= 0x7f)
-        return xmlErr(x, aline, "unexpected character 0x%02x in <%s>", (unsigned char)c, xmlSpecs[el].name);
-      return xmlErr(x, aline, "unexpected character '%c' in <%s>", c, xmlSpecs[el].name);
+        return commXmlErr(x, aline, "unexpected character 0x%02x in <%s>", (unsigned char)c, commXmlSpecs[el].name);
+      return commXmlErr(x, aline, "unexpected character '%c' in <%s>", c, commXmlSpecs[el].name);
     }
-    if (!ws) return xmlErr(x, aline, "missing whitespace before attribute %.*s", COMM_MIN(alen, NAME_SHOWN), aname);
+    if (!ws) return commXmlErr(x, aline, "missing whitespace before attribute %.*s", COMM_MIN(alen, NAME_SHOWN), aname);
     int a = findAttr(el, aname, alen);
     if (a < 0)
-      return xmlErr(x, aline, "unknown attribute %.*s on <%s>", COMM_MIN(alen, NAME_SHOWN), aname, xmlSpecs[el].name);
-    const char* an = xmlSpecs[el].attrs[a];
-    if (x->have[a]) return xmlErr(x, aline, "duplicate attribute %s on <%s>", an, xmlSpecs[el].name);
+      return commXmlErr(x, aline, "unknown attribute %.*s on <%s>", COMM_MIN(alen, NAME_SHOWN), aname,
+                        commXmlSpecs[el].name);
+    const char* an = commXmlSpecs[el].attrs[a];
+    if (x->have[a]) return commXmlErr(x, aline, "duplicate attribute %s on <%s>", an, commXmlSpecs[el].name);
     skipWs(x);
-    if (atEnd(x)) return xmlErr(x, line, "unterminated tag <%s>", xmlSpecs[el].name);
-    if (*x->p != '=') return xmlErr(x, x->line, "expected '=' after attribute %s", an);
+    if (atEnd(x)) return commXmlErr(x, line, "unterminated tag <%s>", commXmlSpecs[el].name);
+    if (*x->p != '=') return commXmlErr(x, x->line, "expected '=' after attribute %s", an);
     x->p++;
     skipWs(x);
-    if (atEnd(x)) return xmlErr(x, line, "unterminated tag <%s>", xmlSpecs[el].name);
-    if (*x->p != '"' && *x->p != '\'') return xmlErr(x, x->line, "expected a quoted value for attribute %s", an);
+    if (atEnd(x)) return commXmlErr(x, line, "unterminated tag <%s>", commXmlSpecs[el].name);
+    if (*x->p != '"' && *x->p != '\'') return commXmlErr(x, x->line, "expected a quoted value for attribute %s", an);
     COMMCHECK(readValue(x, an, x->val[a]));
     x->have[a] = 1;
     x->attrLine[a] = aline;
@@ -668,14 +483,14 @@ static commResult_t readCloseTag(xmlParser* x) {
   x->p += 2; /* "</" */
   const char* name = readName(x, &len);
   skipWs(x);
-  if (atEnd(x)) return xmlErr(x, line, "unterminated tag </%.*s", COMM_MIN(len, NAME_SHOWN), name);
-  if (*x->p != '>') return xmlErr(x, x->line, "expected '>' to end </%.*s>", COMM_MIN(len, NAME_SHOWN), name);
+  if (atEnd(x)) return commXmlErr(x, line, "unterminated tag </%.*s", COMM_MIN(len, NAME_SHOWN), name);
+  if (*x->p != '>') return commXmlErr(x, x->line, "expected '>' to end </%.*s>", COMM_MIN(len, NAME_SHOWN), name);
   x->p++;
-  if (x->depth == 0) return xmlErr(x, line, "</%.*s> without an open element", COMM_MIN(len, NAME_SHOWN), name);
+  if (x->depth == 0) return commXmlErr(x, line, "</%.*s> without an open element", COMM_MIN(len, NAME_SHOWN), name);
   int el = x->stack[x->depth - 1].el;
-  if ((int)strlen(xmlSpecs[el].name) != len || memcmp(xmlSpecs[el].name, name, (size_t)len) != 0)
-    return xmlErr(x, line, "</%.*s> does not match <%s> opened on line %d", COMM_MIN(len, NAME_SHOWN), name,
-                  xmlSpecs[el].name, x->stack[x->depth - 1].line);
+  if ((int)strlen(commXmlSpecs[el].name) != len || memcmp(commXmlSpecs[el].name, name, (size_t)len) != 0)
+    return commXmlErr(x, line, "</%.*s> does not match <%s> opened on line %d", COMM_MIN(len, NAME_SHOWN), name,
+                      commXmlSpecs[el].name, x->stack[x->depth - 1].line);
   x->depth--;
   return closeElement(x, el, x->stack[x->depth].line);
 }
@@ -686,7 +501,7 @@ static commResult_t skipUntil(xmlParser* x, const char* open, const char* close,
   size_t n = strlen(close);
   x->p += strlen(open);
   while (!startsWith(x, close)) {
-    if (atEnd(x)) return xmlErr(x, line, "unterminated %s", what);
+    if (atEnd(x)) return commXmlErr(x, line, "unterminated %s", what);
     step(x);
   }
   x->p += n;
@@ -701,23 +516,23 @@ static commResult_t parseDocument(xmlParser* x) {
       step(x);
     } else if (c != '<') {
       if ((unsigned char)c < 0x20 || (unsigned char)c == 0x7f)
-        return xmlErr(x, x->line, "invalid character 0x%02x", (unsigned char)c);
+        return commXmlErr(x, x->line, "invalid character 0x%02x", (unsigned char)c);
       int n = 0;
       while (x->p + n < x->end && n < 24 && (unsigned char)x->p[n] >= 0x20 && x->p[n] != '<') n++;
       if (x->depth > 0)
-        return xmlErr(x, x->line, "text \"%.*s\" inside <%s> (only elements are allowed)", n, x->p,
-                      xmlSpecs[x->stack[x->depth - 1].el].name);
-      return xmlErr(x, x->line, "text \"%.*s\" outside the root element", n, x->p);
+        return commXmlErr(x, x->line, "text \"%.*s\" inside <%s> (only elements are allowed)", n, x->p,
+                          commXmlSpecs[x->stack[x->depth - 1].el].name);
+      return commXmlErr(x, x->line, "text \"%.*s\" outside the root element", n, x->p);
     } else if (startsWith(x, "<!--")) {
       COMMCHECK(skipUntil(x, "<!--", "-->", "comment"));
     } else if (startsWith(x, "<![CDATA[")) {
-      return xmlErr(x, x->line, "CDATA sections are not supported");
+      return commXmlErr(x, x->line, "CDATA sections are not supported");
     } else if (startsWith(x, "<!")) {
-      return xmlErr(x, x->line, "DTDs and declarations (<!...>) are not supported");
+      return commXmlErr(x, x->line, "DTDs and declarations (<!...>) are not supported");
     } else if (startsWith(x, "<?")) {
       if (!startsWith(x, "<?xml") || (x->end - x->p > 5 && !isWs(x->p[5]) && x->p[5] != '?'))
-        return xmlErr(x, x->line, "processing instructions are not supported");
-      if (x->prologSeen || x->rootSeen) return xmlErr(x, x->line, "<?xml ...?> is only allowed at the start");
+        return commXmlErr(x, x->line, "processing instructions are not supported");
+      if (x->prologSeen || x->rootSeen) return commXmlErr(x, x->line, "<?xml ...?> is only allowed at the start");
       x->prologSeen = 1;
       COMMCHECK(skipUntil(x, "<?", "?>", "<?xml ...?> prolog"));
     } else if (startsWith(x, "</")) {
@@ -728,10 +543,10 @@ static commResult_t parseDocument(xmlParser* x) {
   }
   if (x->depth > 0) {
     int el = x->stack[x->depth - 1].el;
-    return xmlErr(x, x->stack[x->depth - 1].line, "<%s> is not closed (end of file on line %d)", xmlSpecs[el].name,
-                  x->line);
+    return commXmlErr(x, x->stack[x->depth - 1].line, "<%s> is not closed (end of file on line %d)",
+                      commXmlSpecs[el].name, x->line);
   }
-  if (!x->rootDone) return xmlErr(x, x->line, "no <topology> element");
+  if (!x->rootDone) return commXmlErr(x, x->line, "no <topology> element");
   return commSuccess;
 }
 
