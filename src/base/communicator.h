@@ -98,23 +98,44 @@ struct commComm {
   /* Reduction operators made by commRedOpCreatePreMulSum: op value = commNumOps + index. */
   commUserRedOp userOps[COMM_MAX_USER_REDOPS];
 
-  /* State. abortFlag, inFlight and asyncError are accessed with COMM_LOAD/STORE atomics. */
-  int abortFlag;
+  /* State. abortFlag, inFlight, asyncError and failedPeer are accessed with atomics. */
+  int abortFlag;  /* COMM_ABORT_*: 0 while usable */
+  int failedPeer; /* the first peer a layer found dead or broken (commNotePeerFailure); -1: none */
   int inFlight;   /* API calls currently inside the communicator */
   int asyncError; /* commResult_t */
   int initState;  /* commInitState_t */
   int finalized;
   pthread_t initThread;
-  uint64_t opCount; /* collectives issued, for log lines */
+  uint64_t opCount;   /* operations issued (collectives, point-to-point batches, splits), for log lines */
+  uint64_t collCount; /* collectives issued: the sequence number every rank's signature of one carries */
+  /* Set once (peerFailureLock) when another rank reported a failure or this rank found one: who failed,
+   * who found it, the result and the reason, for every later error message of this communicator. */
+  pthread_mutex_t peerFailureLock;
+  int peerFailureKnown;
+  int peerFailureRank;     /* the rank that failed (-1 unknown) */
+  int peerFailureReporter; /* the rank that found it */
+  int peerFailureResult;   /* commResult_t */
+  char peerFailureReason[256];
   char lastError[256];
 
   /* commSplit children keep a pointer to the config they were made with. */
   struct commComm* parent;
 };
 
-/* Set by commAbort: every wait of every layer gives up when it reads 1. */
+/* abortFlag values. Every wait of every layer gives up when it reads a non-zero value. */
+#define COMM_ABORT_NONE 0
+#define COMM_ABORT_USER 1        /* commAbort (or commDestroy of a comm whose calls are still inside) */
+#define COMM_ABORT_PEER_FAILED 2 /* a rank of the communicator failed (peerFailure* says which and why) */
+
 static inline int commAborted(const struct commComm* comm) {
   return __atomic_load_n(&comm->abortFlag, __ATOMIC_ACQUIRE);
+}
+
+/* A layer that finds peer `rank` dead or broken records it (the first one found wins), so that the core can
+ * tell every rank who failed rather than who noticed. */
+static inline void commNotePeerFailure(struct commComm* comm, int rank) {
+  int expected = -1;
+  __atomic_compare_exchange_n(&comm->failedPeer, &expected, rank, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
 #endif

@@ -24,9 +24,21 @@ commResult_t bootstrapGetUniqueId(commUniqueId* id);
  * if unset, from the address string. isRoot: this process must host the root (rank 0 does). */
 commResult_t bootstrapIdFromRootAddr(const char* hostport, commUniqueId* id, int isRoot);
 
+/* A failure one rank tells every other rank of (bootstrapReportFailure). */
+typedef struct {
+  int culprit;  /* the rank that failed or died; -1 when not known */
+  int reporter; /* the rank that found it */
+  int result;   /* commResult_t of the failed operation */
+  char reason[192];
+} commBootstrapFailure;
+
 typedef struct {
   int64_t timeoutMs; /* rendezvous and every later call; <0: none */
   const int* abortFlag;
+  /* Called at most once, from the bootstrap's own thread, when another rank reports a failure; a bootstrap
+   * wait in progress then ends with commRemoteError. NULL: not told. */
+  void (*onFailure)(void* arg, const commBootstrapFailure* failure);
+  void* failureArg;
 } commBootstrapOpts;
 
 commResult_t bootstrapInit(const commUniqueId* id, int rank, int nranks, const commBootstrapOpts* opts,
@@ -37,6 +49,12 @@ commResult_t bootstrapBarrier(commBootstrap* b);
 /* Tagged messages; a recv matches (peer, tag) and keeps other arrivals for later. Sizes must match. */
 commResult_t bootstrapSend(commBootstrap* b, int peer, int tag, const void* data, size_t size);
 commResult_t bootstrapRecv(commBootstrap* b, int peer, int tag, void* data, size_t size);
+/* Tell every other rank (all but failure->culprit) of a failure. Best effort and bounded: returns within
+ * about a second whatever the peers do (a peer that is gone is skipped). */
+commResult_t bootstrapReportFailure(commBootstrap* b, const commBootstrapFailure* failure);
+/* Does rank's bootstrap still answer? commSuccess: it answered within timeoutMs; commRemoteError: it is gone
+ * (connection refused) or did not answer in time (stopped, hung). */
+commResult_t bootstrapProbe(commBootstrap* b, int rank, int64_t timeoutMs);
 /* Change the deadline used by later calls (e.g. the communicator's timeout after init). */
 void bootstrapSetTimeout(commBootstrap* b, int64_t timeoutMs);
 commResult_t bootstrapClose(commBootstrap* b);

@@ -258,7 +258,7 @@ static commResult_t connectRings(struct commComm* comm) {
 static commResult_t initBody(struct commComm* comm, const commUniqueId* id) {
   commResult_t res = commSuccess;
   commLogSetRank(comm->rank);
-  commBootstrapOpts opts = {comm->timeoutMs, &comm->abortFlag};
+  commBootstrapOpts opts = {.timeoutMs = comm->timeoutMs, .abortFlag = &comm->abortFlag};
   COMMCHECK(bootstrapInit(id, comm->rank, comm->nRanks, &opts, &comm->bootstrap));
   COMMCHECK(commCalloc(&comm->peers, (size_t)comm->nRanks, sizeof(commPeerInfo)));
   int64_t topoStart = commTimeNs();
@@ -339,6 +339,7 @@ static void freeComm(struct commComm* comm) {
   free(comm->rankNode);
   free(comm->scratch);
   comm->magic = COMM_MAGIC_DEAD;
+  pthread_mutex_destroy(&comm->peerFailureLock);
   free(comm);
 }
 
@@ -426,6 +427,8 @@ COMM_API commResult_t commInitRankConfig(comm_t* newcomm, int nranks, commUnique
   }
   COMMCHECK(commCalloc(&comm, 1, sizeof(*comm)));
   comm->magic = COMM_MAGIC_ALIVE;
+  comm->failedPeer = -1;
+  pthread_mutex_init(&comm->peerFailureLock, NULL);
   comm->rank = rank;
   comm->nRanks = nranks;
   /* The device this rank uses, as NCCL binds a communicator to the caller's current device: it places the
@@ -659,7 +662,7 @@ static commResult_t destroyComm(comm_t comm, const char* api, int abort) {
     return commInvalidArgument;
   }
   if (abort) {
-    __atomic_store_n(&comm->abortFlag, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&comm->abortFlag, COMM_ABORT_USER, __ATOMIC_RELEASE);
     commDevAbort(comm); /* kernels of this comm see it and end */
   }
   /* Wait for calls still inside the communicator (they see the abort flag and leave). */
