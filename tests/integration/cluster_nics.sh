@@ -7,20 +7,24 @@
 #  - enter each node on channel 1 through the second rank (ring "1 0 3 2"),
 #  - tell the tuner 2 NICs per node,
 # and mp_colls must pass (every collective checked against a host reference).
-# Exit 0: pass; 1: fail; 77: skipped (no root or no network namespaces).
+# Exit 0: pass; 1: fail (also a cluster that cannot be made on a machine that can make namespaces); 77: skipped
+# for a named absence (netns_preflight.sh: not root, no iproute2, no ip netns).
 # SPDX-License-Identifier: Apache-2.0
 set -uo pipefail
 MP=${1:?usage: cluster_nics.sh path/to/mp_colls}
 HERE=$(cd "$(dirname "$0")" && pwd)
 CLUSTER=$HERE/../../scripts/netns_cluster.sh
+skip() { echo "cluster_nics: SKIP: $*"; exit 77; }
+fail() { echo "cluster_nics: FAIL: $*"; exit 1; }
+. "$HERE/netns_preflight.sh"
 LOGS=$(mktemp -d "${TMPDIR:-/tmp}/cluster_nics.XXXXXX")
 trap 'rm -rf "$LOGS"' EXIT
-fail() { echo "cluster_nics: FAIL: $*"; exit 1; }
 
 COMM_NCHANNELS=2 COMM_DEBUG=INFO COMM_DEBUG_SUBSYS=TOPO,INIT,NET,TUNE COMM_DEBUG_FILE="$LOGS/info.%p.log" \
-  COMM_TIMEOUT_MS=60000 "$CLUSTER" -q -a -H 2 -R 2 -n 2 -l "$LOGS/out" -- "$MP" -q -w 150 > /dev/null 2>&1
+  COMM_TIMEOUT_MS=60000 "$CLUSTER" -q -a -H 2 -R 2 -n 2 -l "$LOGS/out" -- "$MP" -q -w 150 > /dev/null 2> "$LOGS/cluster.err"
 status=$?
-[[ $status -eq 77 ]] && { echo "cluster_nics: SKIP: no network namespaces here"; exit 77; }
+# The capability is here (netns_preflight.sh): a cluster netns_cluster.sh could not make is a failure.
+[[ $status -eq 77 ]] && { cat "$LOGS/cluster.err"; fail "netns_cluster.sh could not make the cluster on a machine that can make namespaces"; }
 [[ $status -eq 0 ]] || { tail -n 5 "$LOGS"/out/rank*.log; fail "some rank failed"; }
 
 # Logs of the first communicator (all 4 ranks) of each process: its pid's file, lines of "[rank]".

@@ -4,17 +4,18 @@
 # way a launcher does (COMM_ROOT, COMM_RANK, COMM_NRANKS). libcomm tells hosts apart by hostname + boot id +
 # network namespace, so ranks in one namespace must connect through SHM and ranks in different namespaces
 # through NET (socket); the INFO logs say which.
-# Exit 0: all ranks passed and the transports were the expected ones; 77: skipped (needs root and ip netns).
+# Exit 0: all ranks passed and the transports were the expected ones; 1: fail (also namespaces or veths that
+# cannot be made on a machine that can make them); 77: skipped for a named absence (netns_preflight.sh: not
+# root, no iproute2, no ip netns).
 # SPDX-License-Identifier: Apache-2.0
 set -uo pipefail
 
 MP=${1:?usage: two_hosts.sh path/to/mp_colls}
+HERE=$(cd "$(dirname "$0")" && pwd)
 skip() { echo "two_hosts: SKIP: $*"; exit 77; }
 fail() { echo "two_hosts: FAIL: $*"; exit 1; }
 
-[[ $(id -u) -eq 0 ]] || skip "needs root (network namespaces)"
-command -v ip >/dev/null 2>&1 || skip "the ip command (iproute2) is not installed"
-ip netns list >/dev/null 2>&1 || skip "ip netns is not available"
+. "$HERE/netns_preflight.sh"
 [[ -x "$MP" ]] || fail "$MP is not an executable"
 
 NS0=lc-h0-$$
@@ -42,7 +43,8 @@ for ns in $(ip netns list 2>/dev/null | grep -oE '^lc-h[01]-[0-9]+'); do
   kill -0 "${ns##*-}" 2>/dev/null || ip netns del "$ns" 2>/dev/null
 done
 
-ip netns add "$NS0" 2>/dev/null || skip "cannot create a network namespace (no CAP_SYS_ADMIN?)"
+# Root with ip netns (netns_preflight.sh): not being able to make one is a failure, with ip's own message.
+ip netns add "$NS0" || fail "cannot create a network namespace as root although 'ip netns list' works"
 ip netns add "$NS1" || fail "cannot create the second namespace"
 ip -n "$NS0" link add "$IF0" type veth peer name "$IF1" netns "$NS1" || fail "cannot create the veth pair"
 ip -n "$NS0" addr add "$ADDR0/24" dev "$IF0" || fail "address in $NS0"
