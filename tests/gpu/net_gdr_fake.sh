@@ -14,7 +14,9 @@
 #     BUILD_DIR/tests/libnccl-net-example.so exists: slots in pinned host memory, the plugin loaded.
 # The verbs fake is the module BUILD_DIR/tests/libcomm-verbs-fake.so (tests/fakes/ib_verbs/), given to libcomm
 # as COMM_IB_FAKE_LIB; without it the IB runs fail.
-# Logs under $TMPDIR (default /tmp) as net_gdr_fake.*.txt. Exit 0 when all pass, 77 without a GPU.
+# Logs under $TMPDIR (default /tmp) as net_gdr_fake.*.txt. Exit 0 when all pass; 77 when the first run skips
+# (test_gpu_coll found no CUDA device: its SKIP line is printed); 1 when any run fails, and also when a later run
+# skips (a GPU that the runs before it used cannot be absent: that is a failure, and it never hides one).
 # SPDX-License-Identifier: Apache-2.0
 set -uo pipefail
 [[ $# -ge 1 && -x "$1/tests/test_gpu_coll" ]] || { echo "usage: $0 BUILD_DIR (BUILD_DIR/tests/test_gpu_coll)" >&2; exit 2; }
@@ -22,7 +24,7 @@ bin=$1/tests/test_gpu_coll
 fake=$(cd "$1/tests" && pwd)/libcomm-verbs-fake.so
 [[ -f $fake ]] || echo "net_gdr_fake: no $fake (target comm_verbs_fake): the IB runs will fail" >&2
 dir=${TMPDIR:-/tmp} # run_on_gpu.sh points it at its log folder
-fails=0
+fails=0 runs=0
 # run NAME EXPECT_REGEX REJECT_REGEX VAR=value...
 run() {
   local name=$1 expect=$2 reject=$3
@@ -31,9 +33,14 @@ run() {
   env COMM_IB_FAKE_LIB="$fake" "$@" COMM_P2P_DISABLE=1 COMM_SHM_DISABLE=1 COMM_DEBUG=INFO COMM_DEBUG_SUBSYS=NET,IB \
     timeout 900 "$bin" -q -n 2,4 > "$log" 2>&1
   local rc=$?
-  [[ $rc == 77 ]] && { echo "net_gdr_fake: SKIP (no GPU)"; exit 77; }
+  runs=$((runs + 1))
+  if [[ $rc == 77 && $runs == 1 ]]; then # no GPU: nothing ran yet, so there is nothing a skip could hide
+    echo "net_gdr_fake: SKIP: $(grep -m 1 'SKIP' "$log" || echo "test_gpu_coll exited 77")"
+    exit 77
+  fi
   local why=""
-  [[ $rc != 0 ]] && why="exit $rc"
+  [[ $rc == 77 ]] && why="skipped ($(grep -m 1 'SKIP' "$log")) after $((runs - 1)) run(s) that did not"
+  [[ -z $why && $rc != 0 ]] && why="exit $rc"
   [[ -z $why && -n $expect ]] && ! grep -Eq "$expect" "$log" && why="no line matching '$expect'"
   [[ -z $why && -n $reject ]] && grep -Eq "$reject" "$log" && why="a line matching '$reject'"
   if [[ -n $why ]]; then

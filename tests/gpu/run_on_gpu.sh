@@ -22,6 +22,9 @@
 #
 # With the device tool: `tests/gpu/run_on_gpu.sh build` here, then run `tests/gpu/run_on_gpu.sh run
 # build-gpu-carry` there with carry ["build-gpu-carry"]. Exit: 0 when nothing failed (skips included), 1 otherwise.
+# A case that exits 77 counts as a skip only for an absence its log names: where nvidia-smi lists GPUs, only
+# "N CUDA devices, M asked for" (fewer GPUs than the case needs) or no torch (torch_dropin.sh); a case that
+# skips for "no CUDA device" there is a FAIL (a broken driver, or GPUs the CUDA runtime cannot see).
 # SPDX-License-Identifier: Apache-2.0
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
@@ -100,8 +103,20 @@ case $MODE in
     BUILD=$OLDPWD/$BUILD
     SRC=$OLDPWD
     { nvidia-smi; nvidia-smi topo -m; } > "$LOGS/nvidia-smi.txt" 2>&1
-    NGPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU') && [[ $NGPUS -ge 1 ]] || NGPUS=1
+    SMI_GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU') # 0 without nvidia-smi
+    NGPUS=$SMI_GPUS && [[ $NGPUS -ge 1 ]] || NGPUS=1
     fail=0
+    # skipStands: after a case exited 77, set why to its SKIP line; true when the skip is for a named absence
+    # this machine really has (see the header), false when it must count as a failure.
+    skipStands() {
+      why=$(grep -m 1 -E 'SKIP|no CUDA device' "$LOGS/$name.txt")
+      [[ -n $why ]] || why="exit 77 without a SKIP line"
+      [[ $SMI_GPUS -eq 0 ]] && return 0
+      grep -qE 'SKIP \([1-9][0-9]* CUDA devices, [0-9]+ asked for\)' <<< "$why" && return 0
+      grep -qE 'SKIP \(torch is (not installed|built without CUDA)\)' <<< "$why" && return 0
+      why="$why; but nvidia-smi lists $SMI_GPUS GPU(s)"
+      return 1
+    }
     summary() { echo "$1" | tee -a "$LOGS/summary.txt" ${OUT:+"$OUT/summary.txt"}; } # $OUT's copy survives a kill
     : > "$LOGS/summary.txt"
     if [[ -n ${OUT:-} ]]; then : > "$OUT/summary.txt"; fi
@@ -128,7 +143,7 @@ case $MODE in
       runCase "${GPU_CASE_LIMIT:-900}" "" "$t"
       case $rc in
         0) summary "PASS $t (${secs} s)" ;;
-        77) summary "SKIP $t (no GPU, or too few)" ;;
+        77) if skipStands; then summary "SKIP $t ($why)"; else summary "FAIL $t (skipped: $why)"; fail=1; fi ;;
         *) summary "FAIL $t (exit $rc, ${secs} s)"; fail=1 ;;
       esac
     done
@@ -150,7 +165,7 @@ case $MODE in
       runCase "${GPU_CASE_LIMIT:-600}" "" "$b"
       case $rc in
         0) summary "RAN  $b (${secs} s)" ;;
-        77) summary "SKIP $b (no GPU)" ;;
+        77) if skipStands; then summary "SKIP $b ($why)"; else summary "FAIL $b (skipped: $why)"; fail=1; fi ;;
         *) summary "FAIL $b (exit $rc)"; fail=1 ;;
       esac
     done
@@ -163,7 +178,7 @@ case $MODE in
     exit $fail
     ;;
   *)
-    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

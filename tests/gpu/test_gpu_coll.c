@@ -25,7 +25,8 @@
  *    allreduce must end with commRemoteError (the failed network connection stops the waiting kernel).
  * Ranks agree through a barrier after each device call: a call that failed on some ranks only (their peers would
  * wait forever) aborts the run instead of hanging. Public API only. Exit 0 when every case passed, 77 without
- * a GPU. SPDX-License-Identifier: Apache-2.0 */
+ * a GPU or with fewer than -g asks for, 1 on a failure, a CUDA error at the start included (test_gpu_coll.h:
+ * gpuTestDevices). SPDX-License-Identifier: Apache-2.0 */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <signal.h>
@@ -74,6 +75,7 @@ typedef struct {
   pthread_barrier_t bar;
   int flags[2][MAXR];
   int printed, passed, failed, fatal;
+  int ndev; /* -p: the CUDA devices the forked ranks found (for the parent's SKIP line) */
 } sharedT;
 static sharedT* sh;
 int verbose; /* TEST_GPU_VERBOSE=1: rank 0 prints each case's name before it runs (to find a hang) */
@@ -559,8 +561,14 @@ static int processMode(int n, int nGpus, int quick, int ownHosts) {
       x.cap = capBytes(n, quick);
       close(fds[r][1]);
       if (read(fds[r][0], &x.ids[0], sizeof(commUniqueId)) != (ssize_t)sizeof(commUniqueId)) _exit(3);
-      int ndev = 0, skip = cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < nGpus;
-      if (agree(&x, skip ? 2 : 1) & 2) _exit(77); /* both skip, or neither waits for the other */
+      /* Every rank asks CUDA (the parent does not touch it before the fork). All skip (77) when one finds too few
+       * devices, or none: gpuTestDevices' rule; a CUDA error on any rank fails every one, so none waits. */
+      int ndev = 0, dv = gpuTestDevices("test_gpu_coll", &ndev);
+      if (dv == 0 && ndev < nGpus) dv = 77;
+      if (r == 0) sh->ndev = ndev;
+      int f = agree(&x, dv == 0 ? 1 : dv == 77 ? 2 : 4);
+      if (f & 4) _exit(1);
+      if (f & 2) _exit(77);
       rankMain(&x);
       fflush(NULL);
       _exit(0);
@@ -598,7 +606,8 @@ static int processMode(int n, int nGpus, int quick, int ownHosts) {
     }
   }
   if (skipped == n) {
-    printf("test_gpu_coll: SKIP (fewer than %d CUDA devices)\n", nGpus);
+    if (sh->ndev == 0) printf("test_gpu_coll: SKIP (no CUDA device)\n");
+    else printf("test_gpu_coll: SKIP (%d CUDA devices, %d asked for)\n", sh->ndev, nGpus);
     return 77;
   }
   printf("test_gpu_coll: %d ranks (processes) on %d GPU(s): %d cases passed, %d failed\n", n, nGpus, sh->passed,
@@ -630,8 +639,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "test_gpu_coll: -H needs -p (each process is a host)\n");
     return 2;
   }
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < nGpus) {
+  int ndev = 0, dv = gpuTestDevices("test_gpu_coll", &ndev);
+  if (dv != 0) return dv; /* 77: no device (skipped); 1: a CUDA error */
+  if (ndev < nGpus) {     /* too few for -g: a named absence */
     printf("test_gpu_coll: SKIP (%d CUDA devices, %d asked for)\n", ndev, nGpus);
     return 77;
   }

@@ -1,13 +1,16 @@
 /* test_gpu_coll: what its two files share. test_gpu_coll.c has the collectives' cases, the checks against the
  * host executor and the drivers (threads, processes); test_gpu_coll_special.c the cases of their own: mixed
  * host and device buffers, repeated calls, calls on changing streams, graph replays, the timeout and abort of a lone rank, and a peer
- * that leaves. SPDX-License-Identifier: Apache-2.0 */
+ * that leaves. Also the rule every GPU test skips by (gpuTestDevices, used by test_gpu_reduce.c and
+ * test_gpu_comm_device.c too). SPDX-License-Identifier: Apache-2.0 */
 #ifndef TEST_GPU_COLL_H_
 #define TEST_GPU_COLL_H_
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "comm.h"
 
@@ -50,5 +53,35 @@ int runStreamOrder(rankCtx* x);
 int runGraph(rankCtx* x);
 int runSolo(rankCtx* x, int isAbort);
 int runPeerGone(rankCtx* x);
+
+/* The CUDA devices a GPU test may use. A test skips (77) only where there is no GPU to use: CUDA reports no device
+ * (cudaErrorNoDevice, or success with a count of 0), or the machine has no NVIDIA driver at all
+ * (cudaErrorInsufficientDriver while libcuda.so.1 cannot be loaded, as on a build machine with the toolkit only).
+ * Any other error, e.g. a driver older than the runtime or one that fails to initialise, is a GPU machine that
+ * cannot run the test: a failure (1), with the error's name. Each outcome prints one line, "PROG: SKIP (no CUDA
+ * device: ...)" or "PROG: FAIL: ...", which tests/gpu/run_on_gpu.sh reads. Returns 0 with *count >= 1. */
+static inline int gpuTestDevices(const char* prog, int* count) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  *count = 0;
+  if (e == cudaSuccess && n > 0) {
+    *count = n;
+    return 0;
+  }
+  if (e == cudaSuccess || e == cudaErrorNoDevice) {
+    printf("%s: SKIP (no CUDA device: cudaGetDeviceCount says %s, %d devices)\n", prog, cudaGetErrorName(e), n);
+    return 77;
+  }
+  if (e == cudaErrorInsufficientDriver) {
+    void* drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (drv == NULL) {
+      printf("%s: SKIP (no CUDA device: no NVIDIA driver, libcuda.so.1 cannot be loaded)\n", prog);
+      return 77;
+    }
+    dlclose(drv);
+  }
+  printf("%s: FAIL: cudaGetDeviceCount: %s (%s)\n", prog, cudaGetErrorName(e), cudaGetErrorString(e));
+  return 1;
+}
 
 #endif

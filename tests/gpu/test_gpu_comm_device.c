@@ -3,7 +3,8 @@
  * current (several ranks may share a GPU): commCuDevice says 0, the INFO log places each rank at GPU0,
  * a host-buffer allreduce is right, one on cudaMalloc'd buffers is right too (the CUDA executor), and one
  * that mixes a host sendbuff with a device recvbuff is refused (commInvalidArgument). A third thread with no CUDA context makes a 1-rank communicator:
- * commCuDevice says -1 there. Public API only. Exit 77 (skipped) without a GPU. */
+ * commCuDevice says -1 there. Public API only. Exit 77 (skipped) without a GPU, 1 when CUDA fails otherwise
+ * (test_gpu_coll.h: gpuTestDevices). */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "test_gpu_coll.h"
 
 static commUniqueId id;
 static int devOf[2] = {-2, -2}, ok[2];
@@ -64,11 +66,8 @@ static void* noContextMain(void* arg) {
 }
 
 int main(void) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    printf("test_gpu_comm_device: SKIP (no CUDA device)\n");
-    return 77;
-  }
+  int n = 0, dv = gpuTestDevices("test_gpu_comm_device", &n);
+  if (dv != 0) return dv; /* 77: no device (skipped); 1: a CUDA error */
   const char* log = "test_gpu_comm_device.log";
   remove(log); /* count only this run's lines */
   setenv("COMM_DEBUG", "INFO", 1);

@@ -1,7 +1,8 @@
 /* Device reductions (src/exec/cuda/reduce_kernels.cu) against the host ones (src/exec/reduce.c), bit for
  * bit: every datatype x op kind x pre/post, counts from 0 to 65541 (odd ones, vector bodies and tails),
  * aligned and misaligned buffers, in place (dst == a, dst == b) and out of place, inputs of random bits
- * (NaN, infinities, subnormals, signed zeros for the float types). Exit 77 (skipped) without a GPU. */
+ * (NaN, infinities, subnormals, signed zeros for the float types). Exit 77 (skipped) without a GPU, 1 when CUDA
+ * fails otherwise (test_gpu_coll.h: gpuTestDevices). */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 
 #include "reduce.h"
 #include "reduce_cuda.h"
+#include "test_gpu_coll.h"
 
 #define CK(call)                                                                             \
   do {                                                                                       \
@@ -94,11 +96,8 @@ static void compare(const char* what, commDataType_t t, int kind, int pre, int p
 }
 
 int main(void) {
-  int nDev = 0;
-  if (cudaGetDeviceCount(&nDev) != cudaSuccess || nDev == 0) {
-    printf("test_gpu_reduce: SKIP (no CUDA device)\n");
-    return 77;
-  }
+  int nDev = 0, dv = gpuTestDevices("test_gpu_reduce", &nDev);
+  if (dv != 0) return dv; /* 77: no device (skipped); 1: a CUDA error */
   static const size_t counts[] = {0, 1, 2, 7, 16, 33, 1000, 4099, 65541};
   const int nCounts = (int)(sizeof(counts) / sizeof(counts[0]));
   const size_t maxBytes = 65541 * 8 + 64;
