@@ -36,23 +36,38 @@ comm_it_test(mp_colls.np4 COMMAND mp_colls -w 200 -np 4 LABELS mp)
 comm_it_test(mp_colls.np5 COMMAND mp_colls -w 200 -np 5 LABELS mp)
 # 8 ranks on a 2-core machine: nothing else running beside it.
 comm_it_test(mp_colls.np8 COMMAND mp_colls -w 200 -np 8 LABELS "mp;heavy" SERIAL)
-# Ranks as threads of one process; and one thread driving 4 communicators from commInitAll in groups.
-comm_it_test(mp_colls.threads4 COMMAND mp_colls -w 200 -np 4 -t LABELS "mp;threads")
+# The variants below that exist for a setting run through knob_check.sh, which also checks in the INFO log
+# (or mp_colls' own output) that the setting took effect: a variable that were misspelt, ignored or refused
+# (a WARN and the default) would otherwise pass as the plain run does.
+set(COMM_KNOB_CHECK ${COMM_IT_DIR}/knob_check.sh $<TARGET_FILE:mp_colls>)
+# On sockets: every connection logged goes via NET(Socket), because COMM_SHM_DISABLE said so (none via SHM).
+set(COMM_KNOB_SOCKET -a "-> rank [0-9]+ via =via NET\\(Socket\\) \\(same node, COMM_SHM_DISABLE set\\)")
+# Ranks as threads of one process (one process logs, mp_colls says so); and one thread driving 4 communicators
+# from commInitAll in groups.
+comm_it_test(mp_colls.threads4 COMMAND ${COMM_KNOB_CHECK} -p 1 -e "^mp_colls: 4 ranks \\(threads\\)" --
+  -w 200 -np 4 -t LABELS "mp;threads")
 comm_it_test(mp_colls.group4 COMMAND mp_colls -w 200 -np 4 -g LABELS mp)
 # Non-blocking communicators: init and split return commInProgress and are polled.
 comm_it_test(mp_colls.nonblocking.np3 COMMAND mp_colls -w 200 -np 3 -nb LABELS mp)
 # The socket (NET) transport between processes of one host.
-comm_it_test(mp_colls.socket.np2 COMMAND mp_colls -w 200 -np 2 ENV "COMM_SHM_DISABLE=1" LABELS mp)
-# Helper threads carry messages from 64 KiB (the default on machines of 8 cores and more).
-comm_it_test(mp_colls.socket.threaded.np2 COMMAND mp_colls -w 200 -np 2 ENV "COMM_SHM_DISABLE=1;COMM_SOCKET_INLINE=64K" LABELS mp)
-comm_it_test(mp_colls.socket.np3 COMMAND mp_colls -w 200 -np 3 ENV "COMM_SHM_DISABLE=1" LABELS mp)
-comm_it_test(mp_colls.socket.threads2 COMMAND mp_colls -w 200 -np 2 -t ENV "COMM_SHM_DISABLE=1" LABELS "mp;threads")
+comm_it_test(mp_colls.socket.np2 COMMAND ${COMM_KNOB_CHECK} ${COMM_KNOB_SOCKET} -- -w 200 -np 2
+  ENV "COMM_SHM_DISABLE=1" LABELS mp)
+# Helper threads carry messages from 64 KiB (the default on machines of 8 cores and more). (The library logs
+# no line when a connection starts its helper threads: the check is that the socket connections read 64 KiB.)
+comm_it_test(mp_colls.socket.threaded.np2 COMMAND ${COMM_KNOB_CHECK} ${COMM_KNOB_SOCKET}
+  -e "COMM_SOCKET_INLINE set by environment to 65536$" -- -w 200 -np 2
+  ENV "COMM_SHM_DISABLE=1;COMM_SOCKET_INLINE=64K" LABELS mp)
+comm_it_test(mp_colls.socket.np3 COMMAND ${COMM_KNOB_CHECK} ${COMM_KNOB_SOCKET} -- -w 200 -np 3
+  ENV "COMM_SHM_DISABLE=1" LABELS mp)
+comm_it_test(mp_colls.socket.threads2 COMMAND ${COMM_KNOB_CHECK} ${COMM_KNOB_SOCKET} -p 1
+  -e "^mp_colls: 2 ranks \\(threads\\)" -- -w 200 -np 2 -t ENV "COMM_SHM_DISABLE=1" LABELS "mp;threads")
 # Small FIFOs (8 KiB slots: every large case is many chunks) and more channels; on shm and on sockets
-# with every message on the data sockets (no inline path).
-comm_it_test(mp_colls.smallbuf.np3 COMMAND mp_colls -w 200 -np 3
-  ENV "COMM_BUFFSIZE=65536;COMM_NCHANNELS=4" LABELS mp)
-comm_it_test(mp_colls.socket.smallbuf.np3 COMMAND mp_colls -w 200 -np 3
-  ENV "COMM_BUFFSIZE=65536;COMM_NCHANNELS=3;COMM_SHM_DISABLE=1;COMM_SOCKET_INLINE=0" LABELS mp)
+# with every message on the data sockets (no inline path). Every communicator's init line shows both.
+comm_it_test(mp_colls.smallbuf.np3 COMMAND ${COMM_KNOB_CHECK} -a "Init COMPLETE=channels 4 slot 8192 B - Init COMPLETE"
+  -- -w 200 -np 3 ENV "COMM_BUFFSIZE=65536;COMM_NCHANNELS=4" LABELS mp)
+comm_it_test(mp_colls.socket.smallbuf.np3 COMMAND ${COMM_KNOB_CHECK} ${COMM_KNOB_SOCKET}
+  -a "Init COMPLETE=channels 3 slot 8192 B - Init COMPLETE" -e "COMM_SOCKET_INLINE set by environment to 0$"
+  -- -w 200 -np 3 ENV "COMM_BUFFSIZE=65536;COMM_NCHANNELS=3;COMM_SHM_DISABLE=1;COMM_SOCKET_INLINE=0" LABELS mp)
 
 # Every algorithm, forced with COMM_ALGO, for every collective it implements (the log must show it ran,
 # and mp_colls checks every result against a host reference). -rph K: K ranks per (fake) host, so the
