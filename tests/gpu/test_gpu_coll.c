@@ -567,6 +567,7 @@ static int processMode(int n, int nGpus, int quick, int ownHosts) {
       if (dv == 0 && ndev < nGpus) dv = 77;
       if (r == 0) sh->ndev = ndev;
       int f = agree(&x, dv == 0 ? 1 : dv == 77 ? 2 : 4);
+      fflush(NULL); /* (_exit does not: the FAIL line naming the CUDA error would be lost) */
       if (f & 4) _exit(1);
       if (f & 2) _exit(77);
       rankMain(&x);
