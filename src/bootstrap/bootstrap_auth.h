@@ -22,6 +22,8 @@
 #define BOOT_NONCE_BYTES 16
 /* An unauthenticated connection must complete its handshake within this time. */
 #define BOOT_AUTH_TIMEOUT_MS 1000
+/* A listener accepts at most this many connections per pass of its event loop. */
+#define BOOT_ACCEPT_BATCH 32
 /* One summary WARN per listener per window about the strangers it dropped. */
 #define BOOT_WARN_WINDOW_MS 5000
 

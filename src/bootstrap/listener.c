@@ -234,7 +234,8 @@ static commResult_t serve(lsnState* st, lsnConn* c) {
 
 static commResult_t acceptAll(lsnState* st) {
   commBootstrap* b = st->b;
-  for (;;) {
+  /* A bounded batch per pass: what the accepted ones sent is read before more arrive. */
+  for (int batch = 0; batch < BOOT_ACCEPT_BATCH; batch++) {
     commSockAddr from;
     socklen_t len = sizeof(from);
     memset(&from, 0, sizeof(from));
@@ -279,6 +280,7 @@ static commResult_t acceptAll(lsnState* st) {
     st->unauth++;
     if (r == BOOT_SRV_DROP) connDrop(st, c, BOOT_DROP_CLOSED);
   }
+  return commSuccess;
 }
 
 static commResult_t loop(lsnState* st) {

@@ -197,7 +197,8 @@ static void rootCompact(rootState* st) {
 }
 
 static commResult_t rootAcceptAll(rootState* st) {
-  for (;;) {
+  /* A bounded batch per pass: what the accepted ones sent is read before more arrive. */
+  for (int batch = 0; batch < BOOT_ACCEPT_BATCH; batch++) {
     commSockAddr from;
     socklen_t len = sizeof(from);
     memset(&from, 0, sizeof(from));
@@ -228,6 +229,7 @@ static commResult_t rootAcceptAll(rootState* st) {
     st->pending[st->npending++] = p;
     if (bootSrvStart(p, fd, &from) == BOOT_SRV_DROP) rootClosePending(st, st->npending - 1, BOOT_DROP_CLOSED);
   }
+  return commSuccess;
 }
 
 static void rootTimeout(rootState* st) {

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -59,6 +60,30 @@ static inline void tbAssertClosedByPeer(int fd) {
     assert_true(commTimeNs() < deadline);
   }
   close(fd);
+}
+
+/* A free port below the ephemeral range, as launchers choose for COMM_ROOT. */
+static inline int tbFreeRootPort(void) {
+  int lo = 32768, hi = 60999;
+  FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  if (f != NULL) {
+    if (fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768;
+    fclose(f);
+  }
+  int base = lo > 12000 ? lo - 10000 : 2000;
+  int start = (int)(commTimeNs() / 1000 % 9000);
+  for (int i = 0; i < 9000; i++) {
+    commSockAddr a;
+    assert_int_equal(commSocketParseAddr("127.0.0.1:0", &a), commSuccess);
+    a.sin.sin_port = htons((uint16_t)(base + (start + i) % 9000));
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(s >= 0);
+    int rc = bind(s, &a.sa, sizeof(a.sin));
+    close(s);
+    if (rc == 0) return ntohs(a.sin.sin_port);
+  }
+  fail_msg("no free port below the ephemeral range");
+  return -1;
 }
 
 #endif
