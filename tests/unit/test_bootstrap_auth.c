@@ -110,34 +110,37 @@ static void runRanks(rankArgs* args, int n) {
 
 static double msSince(int64_t t0) { return (double)(commTimeNs() - t0) / 1e6; }
 
-/* WARN lines go to a file while a test runs, so that it can count them. */
+/* Every log line of this program goes to a file (set before the first line, so that the log is never
+ * re-initialised while threads log); a test counts the WARN lines written while it ran. */
 static char logPath[128];
+static long captureFrom;
 
-static void captureLog(void) {
-  snprintf(logPath, sizeof(logPath), "/tmp/test_bootstrap_auth.%d.log", (int)getpid());
-  unlink(logPath);
-  setenv("COMM_DEBUG", "WARN", 1);
-  setenv("COMM_DEBUG_FILE", logPath, 1);
-  commLogReset();
-}
-
-/* Ends the capture; returns the number of WARN lines that contain `with` (all when NULL). */
-static int endCapture(const char* with, int* all) {
-  unsetenv("COMM_DEBUG_FILE");
-  commLogReset();
+static int countWarns(long from, const char* with, int* all, long* lines) {
   FILE* f = fopen(logPath, "r");
   assert_non_null(f);
   char line[2048];
+  long no = 0;
   int n = 0, total = 0;
   while (fgets(line, sizeof(line), f) != NULL) {
+    if (no++ < from) continue;
+    fprintf(stderr, "%s", line);
     if (strstr(line, " COMM WARN ") == NULL) continue;
-    fprintf(stderr, "captured: %s", line);
     total++;
     if (with == NULL || strstr(line, with) != NULL) n++;
   }
   fclose(f);
-  unlink(logPath);
   if (all != NULL) *all = total;
+  if (lines != NULL) *lines = no;
+  return n;
+}
+
+static void captureLog(void) { (void)countWarns(captureFrom, NULL, NULL, &captureFrom); }
+
+/* The number of WARN lines since captureLog that contain `with`; *all: every WARN line. */
+static int endCapture(const char* with, int* all) {
+  long lines = 0;
+  int n = countWarns(captureFrom, with, all, &lines);
+  captureFrom = lines;
   return n;
 }
 
@@ -520,6 +523,17 @@ static void test_key_not_on_wire(void** state) {
 static int setup(void** state) {
   (void)state;
   setenv("COMM_SOCKET_IFNAME", "lo", 1);
+  snprintf(logPath, sizeof(logPath), "/tmp/test_bootstrap_auth.%d.log", (int)getpid());
+  unlink(logPath);
+  setenv("COMM_DEBUG", "WARN", 1);
+  setenv("COMM_DEBUG_FILE", logPath, 1);
+  return 0;
+}
+
+static int teardown(void** state) {
+  (void)state;
+  (void)countWarns(captureFrom, NULL, NULL, NULL); /* the rest of the log, for whoever reads the output */
+  unlink(logPath);
   return 0;
 }
 
@@ -529,5 +543,5 @@ int main(void) {
       cmocka_unit_test(test_address_key_refused), cmocka_unit_test(test_silent_clients),
       cmocka_unit_test(test_flood_root),          cmocka_unit_test(test_key_not_on_wire),
   };
-  return cmocka_run_group_tests(tests, setup, NULL);
+  return cmocka_run_group_tests(tests, setup, teardown);
 }
