@@ -481,6 +481,45 @@ commResult_t commSocketConnect(const commSockAddr* addr, int* fd, int64_t deadli
   }
 }
 
+commResult_t commSocketConnectStart(const commSockAddr* addr, int* fd, int* err) {
+  int fam = addr->sa.sa_family;
+  *fd = -1;
+  *err = 0;
+  if (fam != AF_INET && fam != AF_INET6) {
+    WARN("connect: unsupported address family %d", fam);
+    return commInvalidArgument;
+  }
+  int s = socket(fam, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (s < 0) {
+    WARN("socket() for connecting failed: %s", strerror(errno));
+    return commSystemError;
+  }
+  commSocketSetNoDelay(s);
+  int r;
+  do {
+    r = connect(s, &addr->sa, (socklen_t)commSocketAddrLen(addr));
+  } while (r != 0 && errno == EINTR);
+  if (r != 0 && errno != EINPROGRESS) {
+    *err = errno;
+    close(s);
+    return commRemoteError;
+  }
+  *fd = s;
+  return commSuccess;
+}
+
+int commSocketConnectResult(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLOUT, .revents = 0};
+  int r = poll(&p, 1, 0);
+  if (r == 0) return EINPROGRESS;
+  if (r < 0) return errno == EINTR ? EINPROGRESS : errno;
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
+  if (err == 0 && isSelfConnected(fd)) err = ECONNREFUSED;
+  return err;
+}
+
 commResult_t commSocketAccept(int listenFd, int* fd, int64_t deadlineNs, const int* abortFlag) {
   for (;;) {
     int s = accept4(listenFd, NULL, NULL, SOCK_CLOEXEC);

@@ -34,6 +34,13 @@ commResult_t commSocketListen(commSockAddr* addr, int* fd);
 /* Connect with retries on ECONNREFUSED/ETIMEDOUT until the deadline. Returns a blocking socket with
  * TCP_NODELAY. commTimeout at the deadline; commInternalError(abort) when *abortFlag becomes non-zero. */
 commResult_t commSocketConnect(const commSockAddr* addr, int* fd, int64_t deadlineNs, const int* abortFlag);
+/* Start a non-blocking connect (close-on-exec, TCP_NODELAY); the socket stays non-blocking. commSuccess with
+ * *fd when the connect is under way or done (poll for POLLOUT, then commSocketConnectResult); commRemoteError
+ * when it failed at once (*err: the errno, ECONNREFUSED for nobody listening). */
+commResult_t commSocketConnectStart(const commSockAddr* addr, int* fd, int* err);
+/* The state of a connect started by commSocketConnectStart: 0 connected, EINPROGRESS still under way, else
+ * the errno it failed with (a socket the kernel connected to itself counts as ECONNREFUSED). */
+int commSocketConnectResult(int fd);
 /* Wait for one connection; commTimeout at the deadline. */
 commResult_t commSocketAccept(int listenFd, int* fd, int64_t deadlineNs, const int* abortFlag);
 /* Send/receive exactly n bytes. EOF or reset: commRemoteError. */

@@ -1,14 +1,20 @@
-/* Out-of-band bootstrap, the ranks' side: the rendezvous with the root, and tagged send/recv, allgather and
- * barrier between ranks over TCP. The root itself (and the unique ids that start it) is in root.c.
+/* Out-of-band bootstrap, the ranks' side: the rendezvous with the root, and tagged send/recv, allgather,
+ * barrier, failure notices and probes between ranks over TCP. The root itself (and the unique ids that start
+ * it) is in root.c, each rank's listener thread in listener.c, the handshake in auth.c.
  *
- * Rendezvous: every rank listens on its own socket, connects to the root and sends a hello {magic, secret,
- * rank, nranks, time left, listen address}; the root answers with the table of listen addresses, or with
- * the list of ranks that did not arrive in time.
+ * Every connection starts with the handshake of bootstrap_auth.h: the listener's nonce, the client's claim
+ * with its MAC, the listener's proof; the key (128 bits, in the unique id) never crosses the wire.
  *
- * Messages: one TCP connection per message to the peer's listener, carrying {magic, secret, src, tag, size,
- * seq} and the payload. The receiver queues what it did not ask for. `seq` counts messages per (src, dst)
- * so that messages with one tag are delivered in the order they were sent even if connections are
- * accepted out of order. */
+ * Rendezvous: every rank listens on its own socket, connects to the root (retrying while it refuses: the
+ * root may start later) and claims {rank, nranks, time left, listen address} in the handshake; the root
+ * answers with the table of listen addresses, or with the list of ranks that did not arrive in time, and a
+ * MAC over its answer.
+ *
+ * Messages: one TCP connection per message to the peer's listener; the claim carries {src, tag, size, seq},
+ * the payload follows the listener's proof with a MAC of its own. The listener thread queues what arrives.
+ * `seq` counts messages per (src, dst) so that messages with one tag are delivered in the order they were
+ * sent even if connections are served out of order. A peer whose listener refuses the connection after the
+ * rendezvous is gone: that is an error at once, not a retry until the deadline. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -18,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -27,52 +34,14 @@
 
 static_assert(sizeof(commBootstrapId) <= COMM_UNIQUE_ID_BYTES, "commBootstrapId must fit in commUniqueId");
 
-#define BOOT_MSG_MAGIC 0x636f6d6d6d736731ull /* "commmsg1" */
-/* The bootstrap carries metadata, not bulk data. */
-#define BOOT_MAX_MSG_BYTES (1ull << 30)
-/* Up to this size a send completes into the kernel's socket buffers, whoever receives. */
-#define BOOT_EAGER_BYTES 16384
-
-typedef struct {
-  uint64_t magic;
-  uint64_t secret;
-  int32_t src;
-  int32_t tag;
-  uint64_t size;
-  uint64_t seq;
-} bootMsgHdr;
-
-typedef struct bootMsg {
-  struct bootMsg* next;
-  int src;
-  int tag;
-  uint64_t seq;
-  size_t size;
-  void* data;
-} bootMsg;
-
-struct commBootstrap {
-  int rank;
-  int nranks;
-  uint64_t secret;
-  int64_t timeoutMs;
-  const int* abortFlag;
-  int listenFd;
-  commSockAddr listenAddr;
-  char ifName[COMM_IFNAME_MAX];
-  commSockAddr* peers;  /* listen address of every rank */
-  uint64_t* sendSeq;    /* messages sent to each peer */
-  uint64_t* recvContig; /* from each peer, every message with seq < recvContig has arrived */
-  bootMsg* queueHead;   /* arrived, not yet received, in arrival order */
-  bootMsg* queueTail;
-  uint32_t collSeq; /* collectives (allgather/barrier rounds) so far; the same on every rank */
-};
+/* bootstrapReportFailure gives up on the peers that did not take the notice by then. */
+#define BOOT_REPORT_TIMEOUT_MS 1000
+/* Longest single wait of bootstrapRecv, so that the abort flag is looked at often. */
+#define BOOT_WAIT_SLICE_MS 20
 
 static int isAborted(const commBootstrap* b) {
   return b->abortFlag != NULL && __atomic_load_n(b->abortFlag, __ATOMIC_ACQUIRE) != 0;
 }
-
-static int deadlinePassed(int64_t deadlineNs) { return deadlineNs != COMM_NO_DEADLINE && commTimeNs() >= deadlineNs; }
 
 const char* bootFdPeerStr(int fd, char* buf, size_t n) {
   commSockAddr a;
@@ -104,8 +73,12 @@ void bootFormatMissing(const unsigned char* arrived, int nranks, char* buf, size
 /* ---------------------------------------------------------------------------------------------------- */
 /* Rank side: rendezvous */
 
+/* ---------------------------------------------------------------------------------------------------- */
+/* Rank side: rendezvous */
+
 static void freeBootstrap(commBootstrap* b) {
   if (b == NULL) return;
+  bootListenerStop(b);
   if (b->listenFd >= 0) close(b->listenFd);
   bootMsg* m = b->queueHead;
   while (m != NULL) {
@@ -114,93 +87,153 @@ static void freeBootstrap(commBootstrap* b) {
     free(m);
     m = next;
   }
+  if (b->syncInit) {
+    pthread_mutex_destroy(&b->mu);
+    pthread_cond_destroy(&b->cv);
+  }
   free(b->peers);
   free(b->sendSeq);
   free(b->recvContig);
+  memset(b->key, 0, sizeof(b->key));
   free(b);
 }
 
-/* Talks to the root: hello out, table (or the reason there is none) back. */
-static commResult_t rendezvous(commBootstrap* b, const commSockAddr* rootAddr, int64_t deadlineNs) {
-  char rootStr[BOOT_ADDR_STR];
-  commSocketAddrStr(rootAddr, rootStr, sizeof(rootStr));
-  int fd = -1;
-  commResult_t res = commSocketConnect(rootAddr, &fd, deadlineNs, b->abortFlag);
-  if (res == commTimeout) {
-    WARN("rank %d: could not connect to the bootstrap root at %s within %lld ms", b->rank, rootStr,
-         (long long)b->timeoutMs);
-  } else if (res == commInternalError && isAborted(b)) {
-    WARN("rank %d: bootstrap rendezvous of %d ranks aborted", b->rank, b->nranks);
+/* What a handshake that did not complete means, as a WARN and a result. `what` names the operation. */
+static commResult_t cliFailure(const commBootstrap* b, const bootCliConn* c, int peer, const char* what) {
+  char a[BOOT_ADDR_STR];
+  commSocketAddrStr(&c->addr, a, sizeof(a));
+  switch (c->fail) {
+    case BOOT_FAIL_REFUSED:
+      WARN("rank %d: rank %d (%s) is gone: connection refused (%s)", b->rank, peer, a, what);
+      return commRemoteError;
+    case BOOT_FAIL_TIMEOUT:
+      WARN("rank %d: %s: rank %d (%s) did not answer within %lld ms", b->rank, what, peer, a, (long long)b->timeoutMs);
+      return commTimeout;
+    case BOOT_FAIL_KEY:
+      WARN("rank %d: %s: the listener of rank %d (%s) refused this rank's key (not the same job?)", b->rank, what, peer,
+           a);
+      return commRemoteError;
+    case BOOT_FAIL_FAKE:
+      WARN("rank %d: %s: the listener at %s could not prove it holds the job's key: it is not rank %d of this job",
+           b->rank, what, a, peer);
+      return commRemoteError;
+    case BOOT_FAIL_SYSTEM:
+      WARN("rank %d: %s to rank %d (%s) failed here", b->rank, what, peer, a);
+      return commSystemError;
+    default:
+      WARN("rank %d: %s: the connection to rank %d (%s) failed%s%s: the rank is gone?", b->rank, what, peer, a,
+           c->err ? ": " : "", c->err ? strerror(c->err) : "");
+      return commRemoteError;
   }
-  if (res != commSuccess) return res;
+}
 
-  bootHello hello;
-  memset(&hello, 0, sizeof(hello));
-  hello.magic = BOOT_HELLO_MAGIC;
-  hello.secret = b->secret;
-  hello.rank = b->rank;
-  hello.nranks = b->nranks;
-  hello.remainingMs = deadlineNs == COMM_NO_DEADLINE ? -1 : COMM_MAX((deadlineNs - commTimeNs()) / 1000000, 0);
-  hello.addr = b->listenAddr;
+/* The root's answer after the handshake: header, what follows it, and the MAC over both. */
+static commResult_t readReply(commBootstrap* b, const bootCliConn* c, const char* rootStr, int64_t deadlineNs) {
   bootReply rep;
-  unsigned char* flags = NULL;
-  COMMCHECKGOTO(commSocketSendAll(fd, &hello, sizeof(hello), deadlineNs, b->abortFlag), res, fail);
-  res = commSocketRecvAll(fd, &rep, sizeof(rep), deadlineNs, b->abortFlag);
+  unsigned char* extra = NULL;
+  size_t extraBytes = 0;
+  uint64_t mac = 0;
+  commResult_t res = commSocketRecvAll(c->fd, &rep, sizeof(rep), deadlineNs, b->abortFlag);
   if (res == commTimeout) {
     WARN("rank %d: root did not complete the rendezvous of %d ranks within %lld ms", b->rank, b->nranks,
          (long long)b->timeoutMs);
-    goto fail;
+    return res;
   }
   if (res == commRemoteError) {
     WARN("rank %d: the bootstrap root at %s closed the connection before the rendezvous of %d ranks completed", b->rank,
          rootStr, b->nranks);
-    goto fail;
+    return res;
   }
-  if (res != commSuccess) goto fail;
-  if (rep.magic != BOOT_REPLY_MAGIC || rep.secret != b->secret) {
+  if (res != commSuccess) return res;
+  if (rep.magic != BOOT_REPLY_MAGIC || rep.nranks < 0 || rep.nranks > (1 << 24)) {
     WARN("rank %d: invalid answer from the bootstrap root at %s", b->rank, rootStr);
+    return commRemoteError;
+  }
+  if (rep.status == BOOT_REPLY_OK) extraBytes = sizeof(commSockAddr) * (size_t)rep.nranks;
+  if (rep.status == BOOT_REPLY_TIMEOUT) extraBytes = (size_t)rep.nranks;
+  /* The answer has begun: give its rest a second even if this rank's deadline is closer. */
+  int64_t restNs = COMM_MAX(deadlineNs, commDeadlineNs(1000));
+  if (extraBytes > 0) COMMCHECK(commCalloc(&extra, extraBytes, 1));
+  res = commSocketRecvAll(c->fd, extra, extraBytes, restNs, b->abortFlag);
+  if (res == commSuccess) res = commSocketRecvAll(c->fd, &mac, sizeof(mac), restNs, b->abortFlag);
+  if (res != commSuccess) {
+    WARN("rank %d: the answer of the bootstrap root at %s was cut short", b->rank, rootStr);
+    goto out;
+  }
+  if (mac !=
+      bootMacData(b->key, BOOT_LABEL_REPLY, c->chal.nonce, c->auth.nonce, &rep, sizeof(rep), extra, extraBytes)) {
+    WARN("rank %d: the answer of the bootstrap root at %s fails authentication", b->rank, rootStr);
     res = commRemoteError;
-    goto fail;
+    goto out;
   }
   rep.reason[sizeof(rep.reason) - 1] = '\0';
   if (rep.status == BOOT_REPLY_REJECTED) {
     WARN("rank %d: the bootstrap root at %s rejected this rank: %s", b->rank, rootStr, rep.reason);
     res = commInvalidUsage;
-    goto fail;
-  }
-  if (rep.nranks != b->nranks) {
+  } else if (rep.nranks != b->nranks) {
     WARN("rank %d: the bootstrap root at %s answered for %d ranks, this rank expects %d", b->rank, rootStr, rep.nranks,
          b->nranks);
     res = commRemoteError;
-    goto fail;
-  }
-  if (rep.status == BOOT_REPLY_TIMEOUT) {
-    char missing[256] = "unknown";
-    COMMCHECKGOTO(commCalloc(&flags, (size_t)b->nranks, 1), res, fail);
-    if (commSocketRecvAll(fd, flags, (size_t)b->nranks, commDeadlineNs(1000), b->abortFlag) == commSuccess) {
-      bootFormatMissing(flags, b->nranks, missing, sizeof(missing));
-    }
+  } else if (rep.status == BOOT_REPLY_TIMEOUT) {
+    char missing[256];
+    bootFormatMissing(extra, b->nranks, missing, sizeof(missing));
     WARN("rank %d: root did not complete the rendezvous of %d ranks within %lld ms: %d arrived, missing ranks: %s",
          b->rank, b->nranks, (long long)b->timeoutMs, rep.arrived, missing);
     res = commTimeout;
-    goto fail;
-  }
-  if (rep.status != BOOT_REPLY_OK) {
+  } else if (rep.status != BOOT_REPLY_OK) {
     WARN("rank %d: unknown answer %d from the bootstrap root at %s", b->rank, rep.status, rootStr);
     res = commRemoteError;
-    goto fail;
+  } else {
+    memcpy(b->peers, extra, extraBytes);
   }
-  res = commSocketRecvAll(fd, b->peers, sizeof(commSockAddr) * (size_t)b->nranks, deadlineNs, b->abortFlag);
-  if (res == commTimeout) {
-    WARN("rank %d: root did not complete the rendezvous of %d ranks within %lld ms (the table was cut short)", b->rank,
-         b->nranks, (long long)b->timeoutMs);
+out:
+  free(extra);
+  return res;
+}
+
+/* Talks to the root: the hello is the claim of the handshake; the table (or the reason there is none) back. */
+static commResult_t rendezvous(commBootstrap* b, const commSockAddr* rootAddr, int64_t deadlineNs) {
+  char rootStr[BOOT_ADDR_STR];
+  commSocketAddrStr(rootAddr, rootStr, sizeof(rootStr));
+  bootCliConn c;
+  memset(&c, 0, sizeof(c));
+  c.addr = *rootAddr;
+  c.keepOpen = 1;
+  c.auth.type = BOOT_TYPE_HELLO;
+  c.auth.rank = b->rank;
+  c.auth.nranks = b->nranks;
+  c.auth.remainingMs = deadlineNs == COMM_NO_DEADLINE ? -1 : COMM_MAX((deadlineNs - commTimeNs()) / 1000000, 0);
+  c.auth.addr = b->listenAddr;
+  /* The root may start after this rank: a refused connection is retried until the deadline. */
+  commResult_t res = bootCliRun(&c, 1, b->key, deadlineNs, b->abortFlag, NULL, 1);
+  if (res == commInternalError && isAborted(b)) {
+    WARN("rank %d: bootstrap rendezvous of %d ranks aborted", b->rank, b->nranks);
+    return res;
   }
-fail:
+  if (res != commSuccess) return res;
+  if (c.phase != BOOT_CLI_DONE) {
+    switch (c.fail) {
+      case BOOT_FAIL_TIMEOUT:
+        WARN("rank %d: could not connect to the bootstrap root at %s within %lld ms", b->rank, rootStr,
+             (long long)b->timeoutMs);
+        return commTimeout;
+      case BOOT_FAIL_KEY:
+        WARN("rank %d: the bootstrap root at %s refused this rank's key: its unique id (or COMM_ROOT_SECRET) is not "
+             "this job's",
+             b->rank, rootStr);
+        return commInvalidUsage;
+      case BOOT_FAIL_FAKE:
+        WARN("rank %d: the listener at %s is not this job's bootstrap root: it could not prove it holds the job's key",
+             b->rank, rootStr);
+        return commRemoteError;
+      default: return cliFailure(b, &c, -1, "bootstrap rendezvous with the root");
+    }
+  }
+  res = readReply(b, &c, rootStr, deadlineNs);
   if (res == commInternalError && isAborted(b)) {
     WARN("rank %d: bootstrap rendezvous of %d ranks aborted", b->rank, b->nranks);
   }
-  free(flags);
-  close(fd);
+  close(c.fd);
   return res;
 }
 
@@ -226,11 +259,14 @@ commResult_t bootstrapInit(const commUniqueId* id, int rank, int nranks, const c
   commResult_t res;
   COMMCHECK(commCalloc(&b, 1, sizeof(commBootstrap)));
   b->listenFd = -1;
+  b->wakeFd[0] = b->wakeFd[1] = -1;
   b->rank = rank;
   b->nranks = nranks;
-  b->secret = bid.secret;
+  memcpy(b->key, bid.secret, sizeof(b->key));
   b->timeoutMs = timeoutMs;
   b->abortFlag = opts != NULL ? opts->abortFlag : NULL;
+  b->onFailure = opts != NULL ? opts->onFailure : NULL;
+  b->failureArg = opts != NULL ? opts->failureArg : NULL;
   COMMCHECKGOTO(commCalloc(&b->peers, (size_t)nranks, sizeof(commSockAddr)), res, fail);
   COMMCHECKGOTO(commCalloc(&b->sendSeq, (size_t)nranks, sizeof(uint64_t)), res, fail);
   COMMCHECKGOTO(commCalloc(&b->recvContig, (size_t)nranks, sizeof(uint64_t)), res, fail);
@@ -241,6 +277,7 @@ commResult_t bootstrapInit(const commUniqueId* id, int rank, int nranks, const c
     b->listenAddr.sin6.sin6_port = 0;
   }
   COMMCHECKGOTO(commSocketListen(&b->listenAddr, &b->listenFd), res, fail);
+  COMMCHECKGOTO(bootListenerStart(b), res, fail);
   COMMCHECKGOTO(rendezvous(b, &bid.root, deadlineNs), res, fail);
   {
     char lbuf[BOOT_ADDR_STR], rbuf[BOOT_ADDR_STR];
@@ -263,48 +300,135 @@ commResult_t bootstrapClose(commBootstrap* b) {
   return commSuccess;
 }
 
+void bootTestSetPeerAddr(commBootstrap* b, int rank, const commSockAddr* addr) { b->peers[rank] = *addr; }
+void bootTestListenAddr(const commBootstrap* b, commSockAddr* addr) { *addr = b->listenAddr; }
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* Failure notices */
+
+/* commRemoteError with a WARN when a failure notice ended this wait; commSuccess when there is none. */
+static commResult_t checkFailed(commBootstrap* b, const char* what) {
+  if (COMM_LOAD_ACQ(&b->failed) == 0) return commSuccess;
+  pthread_mutex_lock(&b->mu);
+  commBootstrapFailure f = b->failure;
+  pthread_mutex_unlock(&b->mu);
+  WARN("rank %d: %s ended: rank %d reported that rank %d failed: %s (error %d)", b->rank, what, f.reporter, f.culprit,
+       f.reason, f.result);
+  return commRemoteError;
+}
+
+void bootstrapClearFailure(commBootstrap* b) {
+  if (b == NULL) return;
+  pthread_mutex_lock(&b->mu);
+  COMM_STORE_REL(&b->failed, 0);
+  pthread_mutex_unlock(&b->mu);
+}
+
+commResult_t bootstrapReportFailure(commBootstrap* b, const commBootstrapFailure* failure) {
+  if (b == NULL || failure == NULL) {
+    WARN("bootstrapReportFailure: NULL argument");
+    return commInvalidArgument;
+  }
+  commBootstrapFailure f = *failure;
+  f.reporter = b->rank;
+  f.reason[sizeof(f.reason) - 1] = '\0';
+  bootCliConn* cs = NULL;
+  int* peerOf = NULL;
+  int n = 0;
+  commResult_t res = commSuccess;
+  COMMCHECKGOTO(commCalloc(&cs, (size_t)b->nranks, sizeof(bootCliConn)), res, out);
+  COMMCHECKGOTO(commCalloc(&peerOf, (size_t)b->nranks, sizeof(int)), res, out);
+  for (int r = 0; r < b->nranks; r++) {
+    if (r == b->rank || r == f.culprit) continue;
+    bootCliConn* c = &cs[n];
+    c->addr = b->peers[r];
+    c->auth.type = BOOT_TYPE_FAILURE;
+    c->auth.rank = b->rank;
+    c->auth.nranks = b->nranks;
+    c->auth.size = sizeof(f);
+    c->payload = &f;
+    peerOf[n++] = r;
+  }
+  int64_t limitMs = b->timeoutMs >= 0 ? COMM_MIN(b->timeoutMs, BOOT_REPORT_TIMEOUT_MS) : BOOT_REPORT_TIMEOUT_MS;
+  res = bootCliRun(cs, n, b->key, commDeadlineNs(limitMs), b->abortFlag, NULL, 0);
+  if (res == commInternalError && isAborted(b)) WARN("rank %d: bootstrap failure notice aborted", b->rank);
+  if (res != commSuccess) goto out;
+  {
+    int told = 0;
+    char missed[256] = "";
+    size_t o = 0;
+    for (int i = 0; i < n; i++) {
+      if (cs[i].phase == BOOT_CLI_DONE) {
+        told++;
+      } else if (o < sizeof(missed)) {
+        o += (size_t)snprintf(missed + o, sizeof(missed) - o, "%s%d (%s)", o ? ", " : "", peerOf[i],
+                              cs[i].fail == BOOT_FAIL_REFUSED   ? "gone"
+                              : cs[i].fail == BOOT_FAIL_TIMEOUT ? "no answer"
+                                                                : "failed");
+      }
+    }
+    INFO(COMM_BOOTSTRAP, "rank %d: told %d of %d ranks that rank %d failed (%s)%s%s", b->rank, told, n, f.culprit,
+         f.reason, told < n ? "; not told: " : "", missed);
+  }
+out:
+  free(cs);
+  free(peerOf);
+  return res;
+}
+
+commResult_t bootstrapProbe(commBootstrap* b, int rank, int64_t timeoutMs) {
+  if (b == NULL || rank < 0 || rank >= b->nranks) {
+    WARN("bootstrapProbe: invalid rank %d (or NULL bootstrap)", rank);
+    return commInvalidArgument;
+  }
+  bootCliConn c;
+  memset(&c, 0, sizeof(c));
+  c.addr = b->peers[rank];
+  c.auth.type = BOOT_TYPE_PING;
+  c.auth.rank = b->rank;
+  c.auth.nranks = b->nranks;
+  commResult_t res = bootCliRun(&c, 1, b->key, commDeadlineNs(timeoutMs), b->abortFlag, NULL, 0);
+  if (res == commInternalError && isAborted(b)) WARN("rank %d: bootstrap probe of rank %d aborted", b->rank, rank);
+  if (res != commSuccess) return res;
+  if (c.phase == BOOT_CLI_DONE) return commSuccess;
+  if (c.fail == BOOT_FAIL_TIMEOUT) {
+    char a[BOOT_ADDR_STR];
+    WARN("rank %d: rank %d (%s) did not answer a probe within %lld ms (stopped or hung?)", b->rank, rank,
+         commSocketAddrStr(&c.addr, a, sizeof(a)), (long long)timeoutMs);
+    return commRemoteError;
+  }
+  res = cliFailure(b, &c, rank, "bootstrap probe");
+  return res == commSystemError ? res : commRemoteError;
+}
+
 /* ---------------------------------------------------------------------------------------------------- */
 /* Messages */
 
-static commResult_t sendMsg(commBootstrap* b, int peer, int tag, const void* data, size_t size, int64_t deadlineNs) {
-  char pstr[BOOT_ADDR_STR];
-  int fd = -1;
-  commResult_t res = commSocketConnect(&b->peers[peer], &fd, deadlineNs, b->abortFlag);
-  if (res == commTimeout) {
-    WARN("rank %d: bootstrap send to rank %d (%s) tag %d: could not connect within %lld ms", b->rank, peer,
-         commSocketAddrStr(&b->peers[peer], pstr, sizeof(pstr)), tag, (long long)b->timeoutMs);
-  } else if (res == commInternalError && isAborted(b)) {
-    WARN("rank %d: bootstrap send to rank %d tag %d aborted", b->rank, peer, tag);
-  }
-  if (res != commSuccess) return res;
-  bootMsgHdr hdr;
-  memset(&hdr, 0, sizeof(hdr));
-  hdr.magic = BOOT_MSG_MAGIC;
-  hdr.secret = b->secret;
-  hdr.src = b->rank;
-  hdr.tag = tag;
-  hdr.size = size;
-  hdr.seq = b->sendSeq[peer];
-  res = commSocketSendAll(fd, &hdr, sizeof(hdr), deadlineNs, b->abortFlag);
-  if (res == commSuccess && size > 0) res = commSocketSendAll(fd, data, size, deadlineNs, b->abortFlag);
-  close(fd);
-  if (res == commTimeout) {
-    WARN("rank %d: bootstrap send of %zu bytes to rank %d tag %d did not complete within %lld ms", b->rank, size, peer,
-         tag, (long long)b->timeoutMs);
-  }
+/* failFlag: end at once when a failure notice arrives (collectives), NULL: plain sends go on. */
+static commResult_t sendMsg(commBootstrap* b, int peer, int tag, const void* data, size_t size, int64_t deadlineNs,
+                            const int* failFlag) {
+  bootCliConn c;
+  memset(&c, 0, sizeof(c));
+  c.addr = b->peers[peer];
+  c.auth.type = BOOT_TYPE_MSG;
+  c.auth.rank = b->rank;
+  c.auth.nranks = b->nranks;
+  c.auth.tag = tag;
+  c.auth.size = size;
+  c.auth.seq = b->sendSeq[peer];
+  c.payload = data;
+  commResult_t res = bootCliRun(&c, 1, b->key, deadlineNs, b->abortFlag, failFlag, 0);
+  char what[64];
+  snprintf(what, sizeof(what), "bootstrap send of %zu bytes tag %d", size, tag);
   if (res == commInternalError && isAborted(b)) {
     WARN("rank %d: bootstrap send to rank %d tag %d aborted", b->rank, peer, tag);
+    return res;
   }
+  if (res == commRemoteError) return checkFailed(b, what);
   if (res != commSuccess) return res;
+  if (c.phase != BOOT_CLI_DONE) return cliFailure(b, &c, peer, what);
   b->sendSeq[peer]++;
   return commSuccess;
-}
-
-static bootMsg* findQueued(commBootstrap* b, int src, uint64_t seq) {
-  for (bootMsg* m = b->queueHead; m != NULL; m = m->next) {
-    if (m->src == src && m->seq == seq) return m;
-  }
-  return NULL;
 }
 
 /* The earliest-sent queued message from peer with tag, if every message peer sent before it has arrived. */
@@ -321,81 +445,23 @@ static bootMsg* findMatch(commBootstrap* b, int peer, int tag, bootMsg** prevOut
   return best;
 }
 
-/* Reads one message from an accepted connection and queues it. *dropped is set when the connection was
- * not a valid message (and was reported); errors returned are those that end the caller's wait. */
-static commResult_t readIncoming(commBootstrap* b, int fd, int64_t deadlineNs, int* dropped) {
-  char from[BOOT_ADDR_STR];
-  bootMsgHdr hdr;
-  bootMsg* m = NULL;
-  *dropped = 1;
-  bootFdPeerStr(fd, from, sizeof(from));
-  int64_t hdrDeadline = minDeadline(commDeadlineNs(BOOT_HEADER_TIMEOUT_MS), deadlineNs);
-  commResult_t res = commSocketRecvAll(fd, &hdr, sizeof(hdr), hdrDeadline, b->abortFlag);
-  if (res == commTimeout && deadlinePassed(deadlineNs)) return commTimeout;
-  if (res == commInternalError) return res; /* aborted */
-  if (res == commTimeout) {
-    WARN("rank %d: dropped bootstrap connection from %s: no complete header within %d ms", b->rank, from,
-         BOOT_HEADER_TIMEOUT_MS);
-    return commSuccess;
+static void waitSlice(commBootstrap* b, int64_t deadlineNs) {
+  int64_t ns = BOOT_WAIT_SLICE_MS * 1000000LL;
+  if (deadlineNs != COMM_NO_DEADLINE) ns = COMM_MAX(COMM_MIN(ns, deadlineNs - commTimeNs()), 0);
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_sec += (time_t)(ns / 1000000000LL);
+  ts.tv_nsec += (long)(ns % 1000000000LL);
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
   }
-  if (res != commSuccess) {
-    WARN("rank %d: dropped bootstrap connection from %s: it closed or failed before sending a header", b->rank, from);
-    return commSuccess;
-  }
-  if (hdr.magic != BOOT_MSG_MAGIC) {
-    WARN("rank %d: dropped bootstrap connection from %s: bad magic (not a libcomm bootstrap message)", b->rank, from);
-    return commSuccess;
-  }
-  if (hdr.secret != b->secret) {
-    WARN("rank %d: dropped bootstrap connection from %s: wrong secret (a different unique id?)", b->rank, from);
-    return commSuccess;
-  }
-  if (hdr.src < 0 || hdr.src >= b->nranks || hdr.size > BOOT_MAX_MSG_BYTES) {
-    WARN("rank %d: dropped bootstrap connection from %s: invalid header (source rank %d of %d, %llu bytes)", b->rank,
-         from, hdr.src, b->nranks, (unsigned long long)hdr.size);
-    return commSuccess;
-  }
-  if (hdr.seq < b->recvContig[hdr.src] || findQueued(b, hdr.src, hdr.seq) != NULL) {
-    WARN("rank %d: dropped bootstrap connection from %s: message %llu of rank %d arrived twice", b->rank, from,
-         (unsigned long long)hdr.seq, hdr.src);
-    return commSuccess;
-  }
-  COMMCHECK(commCalloc(&m, 1, sizeof(bootMsg)));
-  m->src = hdr.src;
-  m->tag = hdr.tag;
-  m->seq = hdr.seq;
-  m->size = (size_t)hdr.size;
-  if (m->size > 0) {
-    COMMCHECKGOTO(commCalloc(&m->data, m->size, 1), res, fail);
-    res = commSocketRecvAll(fd, m->data, m->size, deadlineNs, b->abortFlag);
-    if (res == commTimeout || res == commInternalError) goto fail;
-    if (res != commSuccess) {
-      WARN("rank %d: dropped bootstrap message from rank %d (%s) tag %d: payload of %zu bytes cut short", b->rank,
-           m->src, from, m->tag, m->size);
-      res = commSuccess;
-      goto fail;
-    }
-  }
-  if (b->queueTail != NULL) {
-    b->queueTail->next = m;
-  } else {
-    b->queueHead = m;
-  }
-  b->queueTail = m;
-  if (m->seq == b->recvContig[m->src]) {
-    do {
-      b->recvContig[m->src]++;
-    } while (findQueued(b, m->src, b->recvContig[m->src]) != NULL);
-  }
-  *dropped = 0;
-  return commSuccess;
-fail:
-  if (m != NULL) free(m->data);
-  free(m);
-  return res;
+  pthread_cond_timedwait(&b->cv, &b->mu, &ts);
 }
 
 static commResult_t recvMsg(commBootstrap* b, int peer, int tag, void* data, size_t size, int64_t deadlineNs) {
+  char what[64];
+  pthread_mutex_lock(&b->mu);
   for (;;) {
     bootMsg* prev = NULL;
     bootMsg* m = findMatch(b, peer, tag, &prev);
@@ -406,6 +472,7 @@ static commResult_t recvMsg(commBootstrap* b, int peer, int tag, void* data, siz
         b->queueHead = m->next;
       }
       if (b->queueTail == m) b->queueTail = prev;
+      pthread_mutex_unlock(&b->mu);
       commResult_t res = commSuccess;
       if (m->size != size) {
         WARN("rank %d: bootstrap recv from rank %d tag %d: expected %zu bytes, the message has %zu", b->rank, peer, tag,
@@ -418,20 +485,23 @@ static commResult_t recvMsg(commBootstrap* b, int peer, int tag, void* data, siz
       free(m);
       return res;
     }
-    int fd = -1;
-    commResult_t res = commSocketAccept(b->listenFd, &fd, deadlineNs, b->abortFlag);
-    if (res == commSuccess) {
-      int dropped = 0;
-      res = readIncoming(b, fd, deadlineNs, &dropped);
-      close(fd);
+    if (b->failed) {
+      pthread_mutex_unlock(&b->mu);
+      snprintf(what, sizeof(what), "bootstrap recv from rank %d tag %d", peer, tag);
+      return checkFailed(b, what);
     }
-    if (res == commTimeout) {
+    if (isAborted(b)) {
+      pthread_mutex_unlock(&b->mu);
+      WARN("rank %d: bootstrap recv from rank %d tag %d aborted", b->rank, peer, tag);
+      return commInternalError;
+    }
+    if (deadlineNs != COMM_NO_DEADLINE && commTimeNs() >= deadlineNs) {
+      pthread_mutex_unlock(&b->mu);
       WARN("rank %d: bootstrap recv from rank %d tag %d timed out after %lld ms", b->rank, peer, tag,
            (long long)b->timeoutMs);
-    } else if (res == commInternalError && isAborted(b)) {
-      WARN("rank %d: bootstrap recv from rank %d tag %d aborted", b->rank, peer, tag);
+      return commTimeout;
     }
-    if (res != commSuccess) return res;
+    waitSlice(b, deadlineNs);
   }
 }
 
@@ -463,7 +533,7 @@ static commResult_t checkPeer(commBootstrap* b, int peer, int tag, const void* d
 
 commResult_t bootstrapSend(commBootstrap* b, int peer, int tag, const void* data, size_t size) {
   COMMCHECK(checkPeer(b, peer, tag, data, size, "bootstrapSend"));
-  return sendMsg(b, peer, tag, data, size, commDeadlineNs(b->timeoutMs));
+  return sendMsg(b, peer, tag, data, size, commDeadlineNs(b->timeoutMs), NULL);
 }
 
 commResult_t bootstrapRecv(commBootstrap* b, int peer, int tag, void* data, size_t size) {
@@ -495,16 +565,14 @@ commResult_t bootstrapAllGather(commBootstrap* b, void* data, size_t bytes) {
   int64_t deadlineNs = commDeadlineNs(b->timeoutMs);
   int tag = nextCollTag(b);
   int next = (rank + 1) % n, prev = (rank + n - 1) % n;
-  /* Large slots block in send until the next rank reads them; odd ranks receive first so that the ring
-   * of sends never closes into a cycle of waits. */
-  int sendFirst = bytes <= BOOT_EAGER_BYTES || rank % 2 == 0;
+  COMMCHECK(checkFailed(b, "bootstrap allgather"));
+  /* Every rank's listener thread takes what arrives, so every rank sends before it receives. */
   char* p = (char*)data;
   for (int step = 0; step < n - 1; step++) {
     int sendSlot = (rank - step + n) % n;
     int recvSlot = (rank - step - 1 + n) % n;
-    if (sendFirst) COMMCHECK(sendMsg(b, next, tag, p + (size_t)sendSlot * bytes, bytes, deadlineNs));
+    COMMCHECK(sendMsg(b, next, tag, p + (size_t)sendSlot * bytes, bytes, deadlineNs, &b->failed));
     COMMCHECK(recvMsg(b, prev, tag, p + (size_t)recvSlot * bytes, bytes, deadlineNs));
-    if (!sendFirst) COMMCHECK(sendMsg(b, next, tag, p + (size_t)sendSlot * bytes, bytes, deadlineNs));
   }
   return commSuccess;
 }
@@ -517,9 +585,10 @@ commResult_t bootstrapBarrier(commBootstrap* b) {
   }
   int n = b->nranks, rank = b->rank;
   int64_t deadlineNs = commDeadlineNs(b->timeoutMs);
+  COMMCHECK(checkFailed(b, "bootstrap barrier"));
   for (int k = 1; k < n; k <<= 1) {
     int tag = nextCollTag(b);
-    COMMCHECK(sendMsg(b, (rank + k) % n, tag, NULL, 0, deadlineNs));
+    COMMCHECK(sendMsg(b, (rank + k) % n, tag, NULL, 0, deadlineNs, &b->failed));
     COMMCHECK(recvMsg(b, (rank - k % n + n) % n, tag, NULL, 0, deadlineNs));
   }
   return commSuccess;

@@ -1,5 +1,7 @@
 /* Out-of-band communication between the ranks of a communicator: rendezvous, allgather, barrier and
- * tagged send/recv over TCP. Every listener accepts only peers that present the unique id's secret. */
+ * tagged send/recv, failure notices and probes over TCP. Every listener (the root's and each rank's)
+ * authenticates a connection with a challenge-response over the unique id's 128-bit key before it takes any
+ * state; the key never crosses the wire. */
 #ifndef COMM_BOOTSTRAP_H_
 #define COMM_BOOTSTRAP_H_
 
@@ -10,18 +12,19 @@
 
 /* The layout inside commUniqueId (128 bytes). */
 typedef struct {
-  uint64_t magic;  /* COMM_BOOTSTRAP_MAGIC */
-  uint64_t secret; /* random; presented by every connection */
+  uint64_t magic;     /* COMM_BOOTSTRAP_MAGIC */
+  uint64_t secret[2]; /* the job's 128-bit key (SipHash-2-4 halves k0, k1); proven, never sent */
   commSockAddr root;
 } commBootstrapId;
-#define COMM_BOOTSTRAP_MAGIC 0x636f6d6d69643031ull /* "commid01" */
+#define COMM_BOOTSTRAP_MAGIC 0x636f6d6d69643032ull /* "commid02" */
 
 typedef struct commBootstrap commBootstrap;
 
 /* Create an id and start the root (a thread serving one rendezvous) on this process. */
 commResult_t bootstrapGetUniqueId(commUniqueId* id);
-/* COMM_ROOT="host:port": the id every rank derives from it. The secret comes from COMM_ROOT_SECRET or,
- * if unset, from the address string. isRoot: this process must host the root (rank 0 does). */
+/* COMM_ROOT="host:port": the id every rank derives from it. The key is a keyed hash of COMM_ROOT_SECRET; without
+ * it, a fixed public key and one WARN that the job is unauthenticated (anyone who can reach the port can join or
+ * disrupt it). isRoot: this process must host the root (rank 0 does). */
 commResult_t bootstrapIdFromRootAddr(const char* hostport, commUniqueId* id, int isRoot);
 
 /* A failure one rank tells every other rank of (bootstrapReportFailure). */
@@ -55,6 +58,9 @@ commResult_t bootstrapReportFailure(commBootstrap* b, const commBootstrapFailure
 /* Does rank's bootstrap still answer? commSuccess: it answered within timeoutMs; commRemoteError: it is gone
  * (connection refused) or did not answer in time (stopped, hung). */
 commResult_t bootstrapProbe(commBootstrap* b, int rank, int64_t timeoutMs);
+/* Later waits no longer end because of the failure notice taken so far (e.g. commShrink's survivors still talk
+ * over the parent's bootstrap); onFailure is not called again, later notices are ignored. */
+void bootstrapClearFailure(commBootstrap* b);
 /* Change the deadline used by later calls (e.g. the communicator's timeout after init). */
 void bootstrapSetTimeout(commBootstrap* b, int64_t timeoutMs);
 commResult_t bootstrapClose(commBootstrap* b);

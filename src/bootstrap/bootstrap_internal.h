@@ -1,41 +1,73 @@
-/* What src/bootstrap/bootstrap.c (the ranks' side) and src/bootstrap/root.c (the root's rendezvous) share:
- * the rendezvous wire format and a few helpers. Not part of the bootstrap's interface (see bootstrap.h). */
+/* What the files of src/bootstrap/ share: the bootstrap record, the root's answer on the wire, the listener
+ * thread's entry points, and a few helpers. Not part of the bootstrap's interface (see bootstrap.h); tests
+ * include it for the hooks at the end. */
 #ifndef COMM_BOOTSTRAP_INTERNAL_H_
 #define COMM_BOOTSTRAP_INTERNAL_H_
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "bootstrap.h"
+#include "bootstrap_auth.h"
 #include "socket.h"
 
-#define BOOT_HELLO_MAGIC 0x636f6d6d68656c31ull /* "commhel1" */
-#define BOOT_REPLY_MAGIC 0x636f6d6d72706c31ull /* "commrpl1" */
-/* How long one connection may take to deliver its header (hello or message header). */
-#define BOOT_HEADER_TIMEOUT_MS 2000
-#define BOOT_ADDR_STR 96
+#define BOOT_REPLY_MAGIC 0x636f6d6d72706c32ull /* "commrpl2" */
+/* The bootstrap carries metadata, not bulk data. */
+#define BOOT_MAX_MSG_BYTES (1ull << 30)
+/* An authenticated connection that moves no byte for this long is given up. */
+#define BOOT_IDLE_TIMEOUT_MS 10000
 
 enum { BOOT_REPLY_OK = 0, BOOT_REPLY_TIMEOUT = 1, BOOT_REPLY_REJECTED = 2 };
 
+/* The root's answer to a hello, after the handshake. Then: OK: nranks x commSockAddr; TIMEOUT: nranks bytes, 1
+ * for each rank that arrived; REJECTED: nothing. Then a MAC (BOOT_LABEL_REPLY) of the answer and what follows. */
 typedef struct {
   uint64_t magic;
-  uint64_t secret;
-  int32_t rank;
-  int32_t nranks;
-  int64_t remainingMs; /* time left before this rank gives up; <0: it never does */
-  commSockAddr addr;   /* the rank's listener */
-  uint32_t pad;
-} bootHello;
-
-typedef struct {
-  uint64_t magic;
-  uint64_t secret;
   int32_t status;
   int32_t nranks;
   int32_t arrived;
   int32_t pad;
   char reason[128];
-  /* OK: nranks x commSockAddr follow. TIMEOUT: nranks bytes, 1 for each rank that arrived. */
 } bootReply;
+
+typedef struct bootMsg {
+  struct bootMsg* next;
+  int src;
+  int tag;
+  uint64_t seq;
+  size_t size;
+  void* data;
+} bootMsg;
+
+struct commBootstrap {
+  int rank;
+  int nranks;
+  uint64_t key[2];
+  int64_t timeoutMs;
+  const int* abortFlag;
+  void (*onFailure)(void* arg, const commBootstrapFailure* failure);
+  void* failureArg;
+  int listenFd;
+  commSockAddr listenAddr;
+  char ifName[COMM_IFNAME_MAX];
+  commSockAddr* peers; /* listen address of every rank */
+  uint64_t* sendSeq;   /* messages sent to each peer */
+  uint32_t collSeq;    /* collectives (allgather/barrier rounds) so far; the same on every rank */
+
+  /* The listener thread (listener.c) and what it shares with the callers, under mu. */
+  pthread_t thread;
+  int threadStarted;
+  int wakeFd[2]; /* a byte in wakeFd[1] tells the thread to end */
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* a message or a failure notice arrived */
+  int syncInit;
+  uint64_t* recvContig; /* from each peer, every message with seq < recvContig has arrived */
+  bootMsg* queueHead;   /* arrived, not yet received, in arrival order */
+  bootMsg* queueTail;
+  int failed;         /* a failure notice arrived and was not cleared */
+  int failureNotices; /* notices taken (only the first counts) */
+  commBootstrapFailure failure;
+};
 
 static inline int64_t minDeadline(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -43,5 +75,13 @@ static inline int64_t minDeadline(int64_t a, int64_t b) { return a < b ? a : b; 
 const char* bootFdPeerStr(int fd, char* buf, size_t n);
 /* "3, 5, 9" for the ranks whose flag is 0; at most 16 listed. */
 void bootFormatMissing(const unsigned char* arrived, int nranks, char* buf, size_t n);
+
+/* The listener thread: accepts and authenticates connections, queues messages, takes failure notices. */
+commResult_t bootListenerStart(commBootstrap* b);
+void bootListenerStop(commBootstrap* b);
+
+/* Test hooks: a peer's listen address (read, or replaced, e.g. by a fake listener); this rank's listener. */
+void bootTestSetPeerAddr(commBootstrap* b, int rank, const commSockAddr* addr);
+void bootTestListenAddr(const commBootstrap* b, commSockAddr* addr);
 
 #endif

@@ -1,11 +1,14 @@
 /* The root of the bootstrap rendezvous: a thread, started where the unique id is made, that serves one
  * rendezvous and exits.
  *
- * Every rank connects to the root and sends a hello {magic, secret, rank, nranks, time left, listen
- * address}. The root reads hellos with an event loop, each connection with its own short deadline, so that
- * strangers, garbage and silent connections are dropped without delaying anyone. When all ranks have
- * arrived it sends everyone the table of listen addresses; when the earliest rank deadline is about to pass
- * it sends everyone the list of ranks that did not arrive instead. */
+ * Every rank connects to the root and runs the handshake of bootstrap_auth.h, its claim being the hello
+ * {rank, nranks, time left, listen address}. The root runs every handshake from one event loop, each
+ * connection with its own short deadline (BOOT_AUTH_TIMEOUT_MS) and at most BOOT_ROOT_MAX_PENDING at once,
+ * so that strangers, garbage and silent connections are dropped without delaying anyone; a rank whose
+ * connection was given up before it authenticated connects again. When all ranks have arrived it sends
+ * everyone the table of listen addresses; when the earliest rank deadline is about to pass it sends everyone
+ * the list of ranks that did not arrive instead. Each answer carries a MAC over both nonces of that rank's
+ * handshake. Strangers are reported in one summary WARN per few seconds, never one per connection. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -25,84 +28,104 @@
 #include "param.h"
 #include "utils.h"
 
-/* Connections the root reads hellos from at once; beyond that the oldest is dropped. */
-#define BOOT_ROOT_MAX_PENDING 1024
+/* Unauthenticated connections the root serves at once; beyond that one is given up (bootSrvVictim). */
+#define BOOT_ROOT_MAX_PENDING 256
 /* How long the root tries to hand its answer to one rank. */
 #define BOOT_ROOT_REPLY_TIMEOUT_MS 10000
+/* Out of file descriptors: stop accepting for this long. */
+#define BOOT_ROOT_ACCEPT_PAUSE_MS 50
 
 static int64_t elapsedMs(int64_t startNs) { return (commTimeNs() - startNs) / 1000000; }
 
 typedef struct {
-  int fd;
-  size_t off;
-  int64_t deadlineNs;
-  bootHello hello;
-  char from[BOOT_ADDR_STR];
-} rootPending;
+  uint8_t nonceL[BOOT_NONCE_BYTES];
+  uint8_t nonceC[BOOT_NONCE_BYTES];
+} rootNonces;
 
 typedef struct {
   int listenFd;
-  uint64_t secret;
+  uint64_t key[2];
   commSockAddr addr;
   char addrStr[BOOT_ADDR_STR];
+  char name[32 + BOOT_ADDR_STR];
   int nranks; /* 0 until the first valid hello */
   int arrived;
   int* rankFd;
+  rootNonces* rankNonces; /* of each rank's handshake, for the MAC of its answer */
   commSockAddr* table;
-  rootPending pending[BOOT_ROOT_MAX_PENDING];
+  bootSrvConn* pending[BOOT_ROOT_MAX_PENDING]; /* in arrival order */
   int npending;
+  bootDropStats stats;
+  int64_t acceptPauseNs;
   int64_t firstHelloNs;
   int64_t deadlineNs;
 } rootState;
 
 static void rootFree(rootState* st) {
   if (st->listenFd >= 0) close(st->listenFd);
-  for (int i = 0; i < st->npending; i++) close(st->pending[i].fd);
+  for (int i = 0; i < st->npending; i++) {
+    if (st->pending[i]->fd >= 0) close(st->pending[i]->fd);
+    free(st->pending[i]);
+  }
   if (st->rankFd != NULL) {
     for (int r = 0; r < st->nranks; r++) {
       if (st->rankFd[r] >= 0) close(st->rankFd[r]);
     }
   }
   free(st->rankFd);
+  free(st->rankNonces);
   free(st->table);
+  memset(st->key, 0, sizeof(st->key));
   free(st);
 }
 
-static void rootSendReply(rootState* st, int fd, int status, const char* reason, const void* payload,
-                          size_t payloadBytes, int64_t deadlineNs) {
+static void rootSendReply(rootState* st, int fd, const rootNonces* n, int status, const char* reason,
+                          const void* payload, size_t payloadBytes, int64_t deadlineNs) {
   bootReply rep;
   memset(&rep, 0, sizeof(rep));
   rep.magic = BOOT_REPLY_MAGIC;
-  rep.secret = st->secret;
   rep.status = status;
   rep.nranks = st->nranks;
   rep.arrived = st->arrived;
   if (reason != NULL) snprintf(rep.reason, sizeof(rep.reason), "%s", reason);
+  uint64_t mac = bootMacData(st->key, BOOT_LABEL_REPLY, n->nonceL, n->nonceC, &rep, sizeof(rep), payload, payloadBytes);
   char peer[BOOT_ADDR_STR];
   if (commSocketSendAll(fd, &rep, sizeof(rep), deadlineNs, NULL) != commSuccess ||
-      (payloadBytes > 0 && commSocketSendAll(fd, payload, payloadBytes, deadlineNs, NULL) != commSuccess)) {
+      (payloadBytes > 0 && commSocketSendAll(fd, payload, payloadBytes, deadlineNs, NULL) != commSuccess) ||
+      commSocketSendAll(fd, &mac, sizeof(mac), deadlineNs, NULL) != commSuccess) {
     WARN("bootstrap root at %s: could not send the answer to %s", st->addrStr, bootFdPeerStr(fd, peer, sizeof(peer)));
   }
 }
 
-/* Drop pending connection i (marked by fd = -1, compacted later). */
-static void rootDrop(rootState* st, int i, const char* why) {
-  rootPending* p = &st->pending[i];
-  WARN("bootstrap root at %s: dropped connection from %s: %s", st->addrStr, p->from, why);
+/* Close pending connection i (fd = -1, compacted later); why >= 0: a stranger, counted for the summary. */
+static void rootClosePending(rootState* st, int i, int why) {
+  bootSrvConn* p = st->pending[i];
+  if (p->fd < 0) return;
+  if (why >= 0) bootDropNote(&st->stats, why, p->from);
   close(p->fd);
   p->fd = -1;
 }
 
+/* An authenticated rank the root turns away: it hears why (authenticated), the root WARNs. */
 static void rootReject(rootState* st, int i, const char* why) {
-  rootPending* p = &st->pending[i];
-  rootSendReply(st, p->fd, BOOT_REPLY_REJECTED, why, NULL, 0, commDeadlineNs(100));
-  rootDrop(st, i, why);
+  bootSrvConn* p = st->pending[i];
+  rootNonces n;
+  memcpy(n.nonceL, p->nonce, sizeof(n.nonceL));
+  memcpy(n.nonceC, p->auth.nonce, sizeof(n.nonceC));
+  rootSendReply(st, p->fd, &n, BOOT_REPLY_REJECTED, why, NULL, 0, commDeadlineNs(100));
+  WARN("bootstrap root at %s: turned away %s: %s", st->addrStr, p->from, why);
+  rootClosePending(st, i, -1);
 }
 
 static commResult_t rootRegister(rootState* st, int i) {
-  rootPending* p = &st->pending[i];
-  const bootHello* h = &p->hello;
+  bootSrvConn* p = st->pending[i];
+  const bootAuthMsg* h = &p->auth;
   char why[160];
+  if (h->type != BOOT_TYPE_HELLO) {
+    snprintf(why, sizeof(why), "connection of type %u is not a hello", h->type);
+    rootReject(st, i, why);
+    return commSuccess;
+  }
   if (h->nranks <= 0 || h->rank < 0 || h->rank >= h->nranks) {
     snprintf(why, sizeof(why), "invalid rank %d of %d ranks", h->rank, h->nranks);
     rootReject(st, i, why);
@@ -122,6 +145,7 @@ static commResult_t rootRegister(rootState* st, int i) {
   }
   if (st->nranks == 0) {
     COMMCHECK(commCalloc(&st->rankFd, (size_t)h->nranks, sizeof(int)));
+    COMMCHECK(commCalloc(&st->rankNonces, (size_t)h->nranks, sizeof(rootNonces)));
     COMMCHECK(commCalloc(&st->table, (size_t)h->nranks, sizeof(commSockAddr)));
     for (int r = 0; r < h->nranks; r++) st->rankFd[r] = -1;
     st->nranks = h->nranks;
@@ -141,6 +165,8 @@ static commResult_t rootRegister(rootState* st, int i) {
     st->deadlineNs = minDeadline(st->deadlineNs, d);
   }
   st->rankFd[h->rank] = p->fd;
+  memcpy(st->rankNonces[h->rank].nonceL, p->nonce, BOOT_NONCE_BYTES);
+  memcpy(st->rankNonces[h->rank].nonceC, h->nonce, BOOT_NONCE_BYTES);
   st->table[h->rank] = h->addr;
   st->arrived++;
   TRACE(COMM_BOOTSTRAP, "bootstrap root: rank %d/%d arrived from %s (%d of %d)", h->rank, h->nranks, p->from,
@@ -149,62 +175,61 @@ static commResult_t rootRegister(rootState* st, int i) {
   return commSuccess;
 }
 
-/* Read what pending connection i has sent; validate as soon as the fields are there. */
+/* Progress the handshake of pending connection i. */
 static commResult_t rootReadPending(rootState* st, int i) {
-  rootPending* p = &st->pending[i];
-  size_t before = p->off;
-  commResult_t r = commSocketProgress(p->fd, 0, &p->hello, sizeof(p->hello), &p->off);
-  if (r != commSuccess) {
-    char why[96];
-    snprintf(why, sizeof(why), "connection closed or failed after %zu of %zu bytes of a hello", p->off,
-             sizeof(p->hello));
-    rootDrop(st, i, why);
-    return commSuccess;
-  }
-  if (p->off >= sizeof(uint64_t) && before < sizeof(uint64_t) && p->hello.magic != BOOT_HELLO_MAGIC) {
-    rootDrop(st, i, "bad magic (not a libcomm bootstrap hello)");
-    return commSuccess;
-  }
-  if (p->off >= 2 * sizeof(uint64_t) && before < 2 * sizeof(uint64_t) && p->hello.secret != st->secret) {
-    rootDrop(st, i, "wrong secret (a different unique id?)");
-    return commSuccess;
-  }
-  if (p->off == sizeof(p->hello)) COMMCHECK(rootRegister(st, i));
+  int why = BOOT_DROP_GARBAGE;
+  int r = bootSrvProgress(st->pending[i], st->key, &why);
+  if (r == BOOT_SRV_DROP) rootClosePending(st, i, why);
+  if (r == BOOT_SRV_DONE) COMMCHECK(rootRegister(st, i));
   return commSuccess;
-}
-
-static void rootAcceptAll(rootState* st) {
-  for (;;) {
-    commSockAddr from;
-    socklen_t len = sizeof(from);
-    memset(&from, 0, sizeof(from));
-    int fd = accept4(st->listenFd, &from.sa, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        WARN("bootstrap root at %s: accept failed: %s", st->addrStr, strerror(errno));
-      }
-      return;
-    }
-    if (st->npending == BOOT_ROOT_MAX_PENDING) {
-      rootDrop(st, 0, "too many connections waiting to send a hello");
-      memmove(&st->pending[0], &st->pending[1], sizeof(rootPending) * (BOOT_ROOT_MAX_PENDING - 1));
-      st->npending--;
-    }
-    rootPending* p = &st->pending[st->npending++];
-    memset(p, 0, sizeof(*p));
-    p->fd = fd;
-    p->deadlineNs = commDeadlineNs(BOOT_HEADER_TIMEOUT_MS);
-    commSocketAddrStr(&from, p->from, sizeof(p->from));
-  }
 }
 
 static void rootCompact(rootState* st) {
   int k = 0;
   for (int i = 0; i < st->npending; i++) {
-    if (st->pending[i].fd >= 0) st->pending[k++] = st->pending[i];
+    if (st->pending[i]->fd >= 0) {
+      st->pending[k++] = st->pending[i];
+    } else {
+      free(st->pending[i]);
+    }
   }
   st->npending = k;
+}
+
+static commResult_t rootAcceptAll(rootState* st) {
+  /* A bounded batch per pass: what the accepted ones sent is read before more arrive. */
+  for (int batch = 0; batch < BOOT_ACCEPT_BATCH; batch++) {
+    commSockAddr from;
+    socklen_t len = sizeof(from);
+    memset(&from, 0, sizeof(from));
+    int fd = accept4(st->listenFd, &from.sa, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return commSuccess;
+      if (errno != EMFILE && errno != ENFILE)
+        WARN("bootstrap root at %s: accept failed: %s", st->addrStr, strerror(errno));
+      st->acceptPauseNs = commDeadlineNs(BOOT_ROOT_ACCEPT_PAUSE_MS);
+      return commSuccess;
+    }
+    commSocketSetNoDelay(fd);
+    if (st->npending == BOOT_ROOT_MAX_PENDING) {
+      rootCompact(st);
+      if (st->npending == BOOT_ROOT_MAX_PENDING) {
+        int v = bootSrvVictim(st->pending, st->npending);
+        rootClosePending(st, v, BOOT_DROP_SILENT);
+        rootCompact(st);
+      }
+    }
+    bootSrvConn* p = NULL;
+    commResult_t res = commCalloc(&p, 1, sizeof(bootSrvConn));
+    if (res != commSuccess) {
+      close(fd);
+      return res;
+    }
+    st->pending[st->npending++] = p;
+    if (bootSrvStart(p, fd, &from) == BOOT_SRV_DROP) rootClosePending(st, st->npending - 1, BOOT_DROP_CLOSED);
+  }
+  return commSuccess;
 }
 
 static void rootTimeout(rootState* st) {
@@ -219,10 +244,17 @@ static void rootTimeout(rootState* st) {
   int64_t d = commDeadlineNs(1000);
   for (int r = 0; r < st->nranks; r++) {
     if (st->rankFd[r] < 0) continue;
-    rootSendReply(st, st->rankFd[r], BOOT_REPLY_TIMEOUT, "rendezvous timed out", flags, flags ? (size_t)st->nranks : 0,
-                  d);
+    rootSendReply(st, st->rankFd[r], &st->rankNonces[r], BOOT_REPLY_TIMEOUT, "rendezvous timed out", flags,
+                  flags ? (size_t)st->nranks : 0, d);
   }
   free(flags);
+}
+
+/* The strangers still connected at the end count too; the last summary goes out before the answers. */
+static void rootEndStrangers(rootState* st) {
+  for (int i = 0; i < st->npending; i++) rootClosePending(st, i, BOOT_DROP_SILENT);
+  rootCompact(st);
+  bootDropFlush(&st->stats, st->name, 1);
 }
 
 static commResult_t rootRun(rootState* st) {
@@ -232,21 +264,24 @@ static commResult_t rootRun(rootState* st) {
   while (st->nranks == 0 || st->arrived < st->nranks) {
     int64_t now = commTimeNs();
     if (st->deadlineNs != COMM_NO_DEADLINE && now >= st->deadlineNs) {
+      rootEndStrangers(st);
       rootTimeout(st);
       res = commTimeout;
       goto exit;
     }
     int64_t wake = st->deadlineNs;
     for (int i = 0; i < st->npending; i++) {
-      if (now >= st->pending[i].deadlineNs) {
-        char why[96];
-        snprintf(why, sizeof(why), "no complete hello within %d ms", BOOT_HEADER_TIMEOUT_MS);
-        rootDrop(st, i, why);
+      if (now >= st->pending[i]->deadlineNs) {
+        rootClosePending(st, i, BOOT_DROP_SILENT);
       } else {
-        wake = minDeadline(wake, st->pending[i].deadlineNs);
+        wake = minDeadline(wake, st->pending[i]->deadlineNs);
       }
     }
     rootCompact(st);
+    bootDropFlush(&st->stats, st->name, 0);
+    wake = minDeadline(wake, bootDropNextNs(&st->stats));
+    int paused = st->acceptPauseNs != 0 && now < st->acceptPauseNs;
+    if (paused) wake = minDeadline(wake, st->acceptPauseNs);
 
     int need = 1 + st->npending + st->nranks;
     if (need > pfdCap) {
@@ -254,8 +289,8 @@ static commResult_t rootRun(rootState* st) {
       pfdCap = need;
     }
     int n = 0;
-    pfds[n++] = (struct pollfd){.fd = st->listenFd, .events = POLLIN, .revents = 0};
-    for (int i = 0; i < st->npending; i++) pfds[n++] = (struct pollfd){.fd = st->pending[i].fd, .events = POLLIN};
+    pfds[n++] = (struct pollfd){.fd = paused ? -1 : st->listenFd, .events = POLLIN, .revents = 0};
+    for (int i = 0; i < st->npending; i++) pfds[n++] = (struct pollfd){.fd = st->pending[i]->fd, .events = POLLIN};
     for (int r = 0; r < st->nranks; r++) pfds[n++] = (struct pollfd){.fd = st->rankFd[r], .events = POLLIN};
     int ms = 100;
     if (wake != COMM_NO_DEADLINE) {
@@ -284,21 +319,24 @@ static commResult_t rootRun(rootState* st) {
     }
     int np = st->npending;
     for (int i = 0; i < np; i++) {
-      if (pfds[1 + i].revents != 0) COMMCHECKGOTO(rootReadPending(st, i), res, exit);
+      if (pfds[1 + i].revents != 0 && st->pending[i]->fd >= 0) COMMCHECKGOTO(rootReadPending(st, i), res, exit);
     }
     rootCompact(st);
-    if (pfds[0].revents != 0) rootAcceptAll(st);
+    if (pfds[0].revents != 0) COMMCHECKGOTO(rootAcceptAll(st), res, exit);
   }
   /* Everyone is here: hand out the table. */
   {
+    rootEndStrangers(st);
     int64_t d = commDeadlineNs(BOOT_ROOT_REPLY_TIMEOUT_MS);
     for (int r = 0; r < st->nranks; r++) {
-      rootSendReply(st, st->rankFd[r], BOOT_REPLY_OK, NULL, st->table, sizeof(commSockAddr) * (size_t)st->nranks, d);
+      rootSendReply(st, st->rankFd[r], &st->rankNonces[r], BOOT_REPLY_OK, NULL, st->table,
+                    sizeof(commSockAddr) * (size_t)st->nranks, d);
     }
     INFO(COMM_BOOTSTRAP, "bootstrap root at %s: rendezvous of %d ranks complete in %lld ms", st->addrStr, st->nranks,
          (long long)elapsedMs(st->firstHelloNs));
   }
 exit:
+  if (res != commSuccess && res != commTimeout) rootEndStrangers(st);
   free(pfds);
   return res;
 }
@@ -312,7 +350,7 @@ static void* rootThread(void* arg) {
 }
 
 /* Starts the root thread on a listening socket; owns listenFd from here on, even on failure. */
-static commResult_t rootStart(int listenFd, const commSockAddr* addr, uint64_t secret) {
+static commResult_t rootStart(int listenFd, const commSockAddr* addr, const uint64_t key[2]) {
   rootState* st = NULL;
   commResult_t res = commCalloc(&st, 1, sizeof(rootState));
   if (res != commSuccess) {
@@ -320,10 +358,11 @@ static commResult_t rootStart(int listenFd, const commSockAddr* addr, uint64_t s
     return res;
   }
   st->listenFd = listenFd;
-  st->secret = secret;
+  memcpy(st->key, key, sizeof(st->key));
   st->addr = *addr;
   st->deadlineNs = COMM_NO_DEADLINE;
   commSocketAddrStr(addr, st->addrStr, sizeof(st->addrStr));
+  snprintf(st->name, sizeof(st->name), "bootstrap root at %s", st->addrStr);
   pthread_attr_t attr;
   pthread_t thread;
   int err = pthread_attr_init(&attr);
@@ -344,11 +383,11 @@ static commResult_t rootStart(int listenFd, const commSockAddr* addr, uint64_t s
 /* ---------------------------------------------------------------------------------------------------- */
 /* Unique ids */
 
-static void writeId(commUniqueId* id, uint64_t secret, const commSockAddr* root) {
+static void writeId(commUniqueId* id, const uint64_t key[2], const commSockAddr* root) {
   commBootstrapId bid;
   memset(&bid, 0, sizeof(bid));
   bid.magic = COMM_BOOTSTRAP_MAGIC;
-  bid.secret = secret;
+  memcpy(bid.secret, key, sizeof(bid.secret));
   bid.root = *root;
   memset(id, 0, sizeof(*id));
   memcpy(id->internal, &bid, sizeof(bid));
@@ -361,9 +400,9 @@ commResult_t bootstrapGetUniqueId(commUniqueId* id) {
   }
   char ifName[COMM_IFNAME_MAX];
   commSockAddr addr;
-  uint64_t secret;
+  uint64_t key[2];
   int fd = -1;
-  COMMCHECK(commRandom64(&secret));
+  COMMCHECK(bootRandomBytes(key, sizeof(key)));
   COMMCHECK(commSocketFindInterface(ifName, &addr));
   if (addr.sa.sa_family == AF_INET) {
     addr.sin.sin_port = 0;
@@ -371,8 +410,8 @@ commResult_t bootstrapGetUniqueId(commUniqueId* id) {
     addr.sin6.sin6_port = 0;
   }
   COMMCHECK(commSocketListen(&addr, &fd));
-  COMMCHECK(rootStart(fd, &addr, secret));
-  writeId(id, secret, &addr);
+  COMMCHECK(rootStart(fd, &addr, key));
+  writeId(id, key, &addr);
   return commSuccess;
 }
 
@@ -403,7 +442,18 @@ commResult_t bootstrapIdFromRootAddr(const char* hostport, commUniqueId* id, int
   commSockAddr addr;
   COMMCHECK(commSocketParseAddr(hostport, &addr));
   const char* secretStr = commParamStr("COMM_ROOT_SECRET", NULL);
-  uint64_t secret = commHashString(secretStr != NULL ? secretStr : hostport, 0x636f6d6d726f6f74ull);
+  uint64_t key[2];
+  if (secretStr != NULL && secretStr[0] != '\0') {
+    bootKeyFromString(secretStr, key);
+  } else {
+    static int warned = 0;
+    bootPublicKey(key);
+    if (__atomic_exchange_n(&warned, 1, __ATOMIC_ACQ_REL) == 0) {
+      WARN("COMM_ROOT=%s without COMM_ROOT_SECRET: this job's bootstrap is unauthenticated (anyone who can reach the "
+           "port can join or disrupt it); set COMM_ROOT_SECRET to the same random string on every rank",
+           hostport);
+    }
+  }
   if (isRoot) {
     commSockAddr bindAddr = addr;
     char buf[BOOT_ADDR_STR];
@@ -419,8 +469,8 @@ commResult_t bootstrapIdFromRootAddr(const char* hostport, commUniqueId* id, int
     }
     int fd = -1;
     COMMCHECK(commSocketListen(&bindAddr, &fd));
-    COMMCHECK(rootStart(fd, &bindAddr, secret));
+    COMMCHECK(rootStart(fd, &bindAddr, key));
   }
-  writeId(id, secret, &addr);
+  writeId(id, key, &addr);
   return commSuccess;
 }

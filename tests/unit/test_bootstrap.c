@@ -21,10 +21,7 @@
 #include "debug.h"
 #include "socket.h"
 #include "utils.h"
-
-/* Wire constants of src/bootstrap/bootstrap.c, so that the tests can impersonate a peer. */
-#define TEST_HELLO_MAGIC 0x636f6d6d68656c31ull
-#define TEST_MSG_MAGIC 0x636f6d6d6d736731ull
+#include "test_bootstrap_util.h"
 
 #define MAX_RANKS 8
 #define SMALL_BYTES 24
@@ -180,34 +177,10 @@ static void test_ranks8(void** state) {
 /* ---------------------------------------------------------------------------------------------------- */
 /* Strangers */
 
-static int rawConnect(const commSockAddr* addr) {
-  int fd = -1;
-  assert_int_equal(commSocketConnect(addr, &fd, commDeadlineNs(5000), NULL), commSuccess);
-  return fd;
-}
+#define rawConnect tbRawConnect
+#define rawSend tbRawSend
+#define assertClosedByPeer tbAssertClosedByPeer
 
-static void rawSend(int fd, const void* buf, size_t n) {
-  assert_int_equal(commSocketSendAll(fd, buf, n, commDeadlineNs(5000), NULL), commSuccess);
-}
-
-/* The other side closed the connection (the only way it can tell us it dropped it). */
-static void assertClosedByPeer(int fd) {
-  struct pollfd p = {.fd = fd, .events = POLLIN, .revents = 0};
-  assert_int_equal(poll(&p, 1, 10000), 1);
-  char c;
-  ssize_t r = recv(fd, &c, 1, MSG_DONTWAIT);
-  assert_true(r == 0 || (r < 0 && errno == ECONNRESET));
-  close(fd);
-}
-
-typedef struct {
-  uint64_t magic;
-  uint64_t secret;
-  int32_t src;
-  int32_t tag;
-  uint64_t size;
-  uint64_t seq;
-} testMsgHdr;
 
 /* Ports of the listening TCP sockets of this process. */
 static int listeningPorts(int* ports, int max) {
@@ -245,9 +218,9 @@ static void test_strangers_dropped(void** state) {
   int rootPort = ntohs(bid.root.sin.sin_port);
 
   /* At the root: a wrong secret, garbage, and a connection that says nothing at all. */
+  uint64_t wrongKey[2] = {bid.secret[0] ^ 0x5a5a5a5aull, bid.secret[1]};
   int badSecret = rawConnect(&bid.root);
-  uint64_t hello[2] = {TEST_HELLO_MAGIC, bid.secret ^ 0x5a5a5a5aull};
-  rawSend(badSecret, hello, sizeof(hello));
+  assert_int_equal(tbHandshake(badSecret, wrongKey, BOOT_TYPE_HELLO, 0, n, 0), BOOT_PROOF_REFUSED);
   int garbage = rawConnect(&bid.root);
   unsigned char junk[96];
   memset(junk, 0xab, sizeof(junk));
@@ -278,9 +251,8 @@ static void test_strangers_dropped(void** state) {
     commSockAddr a;
     assert_int_equal(commSocketParseAddr("127.0.0.1:0", &a), commSuccess);
     a.sin.sin_port = htons((uint16_t)after[i]);
-    testMsgHdr h = {.magic = TEST_MSG_MAGIC, .secret = bid.secret + 1, .src = 0, .tag = 0, .size = 0, .seq = 0};
     bad[nbad] = rawConnect(&a);
-    rawSend(bad[nbad++], &h, sizeof(h));
+    assert_int_equal(tbHandshake(bad[nbad++], wrongKey, BOOT_TYPE_MSG, 0, n, 0), BOOT_PROOF_REFUSED);
     bad[nbad] = rawConnect(&a);
     rawSend(bad[nbad++], junk, sizeof(junk));
     nlisteners++;
@@ -455,7 +427,7 @@ static void runRootAddr(const char* fmt) {
   commBootstrapId b0, b1;
   memcpy(&b0, args[0].id.internal, sizeof(b0));
   memcpy(&b1, other.internal, sizeof(b1));
-  assert_true(b0.secret != b1.secret);
+  assert_true(memcmp(b0.secret, b1.secret, sizeof(b0.secret)) != 0);
   assert_true(b0.magic == COMM_BOOTSTRAP_MAGIC && b1.magic == COMM_BOOTSTRAP_MAGIC);
 }
 
