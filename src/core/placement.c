@@ -51,6 +51,8 @@ static int topoHostOfNode(const struct commComm* comm, int v, int firstRank) {
 commResult_t commPlacementDump(struct commComm* comm) {
   const char* path = commParamStr("COMM_TOPO_DUMP_FILE", NULL);
   if (path == NULL || comm->rank != commParamInt("COMM_TOPO_DUMP_FILE_RANK", 0, 0, INT32_MAX)) return commSuccess;
+  /* rename() would replace a FIFO or device node there with a file: refuse it as the reader does. */
+  COMMCHECK(commTopoCheckPath("COMM_TOPO_DUMP_FILE", path));
   char tmp[4096];
   if ((size_t)snprintf(tmp, sizeof(tmp), "%s.%d.%p.tmp", path, (int)getpid(), (void*)comm) >= sizeof(tmp)) {
     WARN("COMM_TOPO_DUMP_FILE path is too long");

@@ -223,10 +223,32 @@ commResult_t commTopoDiscover(commTopo** out);
  *   </topology>
  * Parse errors: commInvalidArgument and a WARN "<source>:<line>: <what is wrong>"; nothing is returned. */
 commResult_t commTopoParseXml(const char* text, size_t len, const char* source, commTopo** out);
+/* Reads `path` with commTopoReadFile (regular files only, at most COMM_TOPO_FILE_MAX_BYTES, within
+ * COMM_TOPO_FILE_READ_MS), then parses it. */
 commResult_t commTopoLoadXml(const char* path, commTopo** out);
 /* Canonical text of a finished topology: dump -> load -> dump is byte-identical. */
 commResult_t commTopoWriteXml(const commTopo* topo, FILE* f);
+/* Writes `path` through commTopoCreateFile (never blocks on a FIFO or a device). */
 commResult_t commTopoDumpXml(const commTopo* topo, const char* path);
+
+/* Files a user names (src/topo/topo_file.c). Each is opened with O_NONBLOCK | O_CLOEXEC and fstat'ed:
+ * anything but a regular file (FIFO, device, socket, directory) is refused at once with commInvalidArgument
+ * and a WARN naming the file and its type, so nothing waits on a FIFO's other end or reads /dev/zero
+ * forever. `what` names the file in messages ("topology file"). */
+#define COMM_TOPO_FILE_MAX_BYTES ((size_t)64 << 20) /* a 1,024-host cluster of DGX-like hosts is ~6 MB */
+#define COMM_TOPO_FILE_READ_MS 10000                /* reading a topology file, whatever the file system */
+/* The whole file into *text (NUL-terminated, malloc'ed) and its length into *len. A file larger than
+ * maxBytes is refused before reading (commInvalidArgument), one still unread at timeoutMs is an error
+ * (commSystemError); each read() is of a regular file, so only a stuck file system can hold one. */
+commResult_t commTopoReadFile(const char* what, const char* path, size_t maxBytes, int timeoutMs, char** text,
+                              size_t* len);
+/* Creates or truncates `path` for writing (mode 0644), refusing anything that exists and is not a regular
+ * file. */
+commResult_t commTopoCreateFile(const char* what, const char* path, FILE** out);
+/* commSuccess when `path` does not exist or is a regular file; else the refusal above. */
+commResult_t commTopoCheckPath(const char* what, const char* path);
+/* "a FIFO (named pipe)", "a directory", ... for a st_mode. */
+const char* commTopoFileTypeName(unsigned mode);
 
 /* COMM_TOPO_FILE when set (load), else discovery; shared by the process's communicators (cached per
  * source), so release it with commTopoRelease, never commTopoFree. (COMM_TOPO_DUMP_FILE is written by the
