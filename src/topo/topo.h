@@ -136,6 +136,9 @@ typedef struct {
   double cpuLinkBw;              /* GB/s between two CPUs of this host (0: default for the arch) */
   int firstNode, nNodes;         /* nodes of a host are contiguous once finished (commTopoFinish sorts) */
   int nGpus, nNics, nCpus;
+  /* Filled by commTopoFinish: topo->typeNodes[typeFirst[t] .. typeFirst[t + 1]) are the host's nodes of type
+   * t, in index order. */
+  int typeFirst[COMM_TOPO_NODE_TYPES + 1];
 } commTopoHost;
 
 typedef struct {
@@ -160,8 +163,10 @@ typedef struct commTopo {
   } * nvreq;
   int nNvreq, nvreqCap;
   int finished;
-  /* Paths, per host: paths[h][i * n + j] for the i-th and j-th node of host h (n = hosts[h].nNodes) */
+  /* Paths, per host: paths[h][i * n + j] for the i-th and j-th node of host h (n = hosts[h].nNodes); a host
+   * with the same nodes and links as the host before it shares that host's table */
   commTopoPath** paths;
+  int* typeNodes; /* nNodes entries: see commTopoHost.typeFirst */
 } commTopo;
 
 /* Builder. Indices stay valid until commTopoFinish, which may renumber nodes (hosts contiguous, in host
