@@ -38,17 +38,29 @@ static void shareIndex(const nodeCtx* nc, int i, int* li, int* nShare) {
   }
 }
 
-/* The equally nearest NICs of a device: the prefix of commTopoNicsByDistance with the best class and
- * bandwidth. */
+/* The equally nearest NICs of a device: the prefix of commTopoNicsByDistance(.., MAX_NODE_NICS) with the
+ * best class and bandwidth, found in one pass over the host's NICs (that call keeps the best 64 of all of
+ * them by insertion: a host of 255 NICs and 510 GPUs spent most of its ring time there). Equal NICs are
+ * in the same order: faster first, then by index. */
 static int nearestNics(const commTopo* topo, int dev, int* nics) {
-  int n = commTopoNicsByDistance(topo, dev, nics, MAX_NODE_NICS);
-  if (n == 0) return 0;
-  commTopoPath best = commTopoPathOf(topo, dev, nics[0]);
-  int k = 1;
-  while (k < n) {
-    commTopoPath p = commTopoPathOf(topo, dev, nics[k]);
-    if (p.type != best.type || p.bw != best.bw) break;
-    k++;
+  if (dev < 0 || dev >= topo->nNodes) return 0;
+  const commTopoHost* h = &topo->hosts[topo->nodes[dev].host];
+  commTopoPath best = {COMM_PATH_DIS, 0, 0, 0};
+  int k = 0;
+  for (int t = h->typeFirst[COMM_TOPO_NIC]; t < h->typeFirst[COMM_TOPO_NIC + 1]; t++) {
+    int nic = topo->typeNodes[t];
+    commTopoPath p = commTopoPathOf(topo, dev, nic);
+    if (k > 0 && (p.type > best.type || (p.type == best.type && p.bw < best.bw))) continue;
+    if (k == 0 || p.type != best.type || p.bw != best.bw) { /* a better class or bandwidth: start again */
+      best = p;
+      k = 0;
+    }
+    int speed = topo->nodes[nic].u.nic.speedMbps, j = k < MAX_NODE_NICS ? k++ : MAX_NODE_NICS;
+    while (j > 0 && speed > topo->nodes[nics[j - 1]].u.nic.speedMbps) {
+      if (j < MAX_NODE_NICS) nics[j] = nics[j - 1];
+      j--;
+    }
+    if (j < MAX_NODE_NICS) nics[j] = nic;
   }
   return k;
 }
@@ -245,6 +257,7 @@ static commResult_t nodeOrder(const nodeCtx* nc, int channel, int cycle, int* or
   const commTopo* topo = nc->topo;
   commResult_t res = commSuccess;
   int *devs = NULL, *devOf = NULL, *devOrder = NULL, *nicOf = NULL, *devNics = NULL, *devCount = NULL;
+  int *slot = NULL, *byDev = NULL;
   int host = nc->ranks[nc->list[0]].host;
   int known = topo != NULL && host >= 0 && host < topo->nHosts;
   for (int i = 0; known && i < m; i++) {
@@ -259,14 +272,19 @@ static commResult_t nodeOrder(const nodeCtx* nc, int channel, int cycle, int* or
   COMMCHECKGOTO(commCalloc(&devOf, (size_t)m, sizeof(int)), res, exit);
   COMMCHECKGOTO(commCalloc(&devOrder, (size_t)m, sizeof(int)), res, exit);
   COMMCHECKGOTO(commCalloc(&nicOf, (size_t)m, sizeof(int)), res, exit);
-  /* Distinct devices, in order of their first rank. */
+  /* Distinct devices, in order of their first rank (slot: a host node's position in devs, -1 none). */
+  const commTopoHost* th = &topo->hosts[host];
+  COMMCHECKGOTO(commCalloc(&slot, (size_t)th->nNodes, sizeof(int)), res, exit);
+  COMMCHECKGOTO(commCalloc(&byDev, (size_t)m + 1, sizeof(int)), res, exit);
+  for (int i = 0; i < th->nNodes; i++) slot[i] = -1;
   int nd = 0;
   for (int i = 0; i < m; i++) {
-    int d = nc->ranks[nc->list[i]].dev, k;
-    for (k = 0; k < nd; k++)
-      if (devs[k] == d) break;
-    if (k == nd) devs[nd++] = d;
-    devOf[i] = k;
+    int d = nc->ranks[nc->list[i]].dev - th->firstNode;
+    if (slot[d] < 0) {
+      slot[d] = nd;
+      devs[nd++] = d + th->firstNode;
+    }
+    devOf[i] = slot[d];
   }
   /* The entry NIC: the channel turns through the NICs the node's ranks use on it (by NIC index); the
    * start rank is one of its users nearest to it, turning through those as channels come back to it. */
@@ -301,21 +319,25 @@ static commResult_t nodeOrder(const nodeCtx* nc, int channel, int cycle, int* or
   }
   COMMCHECKGOTO(searchOrder(topo, devs, nd, devOf[start], end >= 0 ? devOf[end] : -1, cycle, devOrder), res, exit);
   /* Expand devices into ranks: the start device's ranks from the start rank on (turning), the others in
-   * rank order. */
+   * rank order. byDev: the ranks of each device in rank order (a counting sort; devCount, done with, holds
+   * the starts in [0, nd] and the fill cursors after them). */
+  int* fill = devCount + nd + 1;
+  memset(devCount, 0, sizeof(int) * ((size_t)nd + 1));
+  for (int i = 0; i < m; i++) devCount[devOf[i] + 1]++;
+  for (int k = 0; k < nd; k++) devCount[k + 1] += devCount[k];
+  memcpy(fill, devCount, sizeof(int) * (size_t)nd);
+  for (int i = 0; i < m; i++) byDev[fill[devOf[i]]++] = i;
   int pos = 0;
   for (int k = 0; k < nd; k++) {
-    int d = devOrder[k];
-    if (k == 0) {
-      for (int t = 0; t < m; t++) {
-        int i = (start + t) % m;
-        if (devOf[i] == d) order[pos++] = nc->list[i];
-      }
-    } else {
-      for (int i = 0; i < m; i++)
-        if (devOf[i] == d) order[pos++] = nc->list[i];
-    }
+    int d = devOrder[k], lo = devCount[d], hi = devCount[d + 1], first = lo;
+    if (k == 0)
+      while (first < hi && byDev[first] < start) first++;
+    for (int t = 0; t < hi - lo; t++)
+      order[pos++] = nc->list[byDev[first + t < hi ? first + t : first + t - (hi - lo)]];
   }
 exit:
+  free(slot);
+  free(byDev);
   free(devs);
   free(devOf);
   free(devOrder);
