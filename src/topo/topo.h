@@ -283,6 +283,10 @@ commResult_t commTopoRings(const commTopo* topo, const commTopoRank* ranks, int 
 /* The intra-node order of node `node` on channel c (ranks in ring order), as used by commTopoRings:
  * order[0 .. m) for the m ranks of that node. Returns m. */
 int commTopoNodeOrder(const commTopo* topo, const commTopoRank* ranks, int nRanks, int node, int channel, int* order);
+/* The same for channels channel .. channel + nChannels - 1 at once (what does not depend on the channel is
+ * made once): channel + k's order in orders[k * m .. (k + 1) * m), for orders of nChannels x nRanks. */
+int commTopoNodeOrders(const commTopo* topo, const commTopoRank* ranks, int nRanks, int node, int channel,
+                       int nChannels, int* orders);
 
 /* Transport between two ranks' devices. */
 typedef enum { COMM_TOPO_USE_P2P = 0, COMM_TOPO_USE_SHM = 1, COMM_TOPO_USE_NET = 2 } commTopoTransport;
