@@ -243,7 +243,7 @@ static int benchCluster(const char* path, const char* what, int runs) {
 
   int nRanks = 0;
   commTopoRank* ranks = makeRanks(topo, &nRanks);
-  int* rings = ranks ? malloc(sizeof(int) * (size_t)nRanks * 32) : NULL;
+  int* rings = ranks ? malloc(sizeof(int) * (size_t)nRanks * COMM_MAX_CHANNELS) : NULL;
   if (rings == NULL) {
     fprintf(stderr, "topo_bench: out of memory\n");
     free(ranks);
@@ -264,8 +264,12 @@ static int benchCluster(const char* path, const char* what, int runs) {
   }
   for (int i = 0; i < runs; i++) {
     tick();
+#ifdef TOPO_BENCH_PER_CHANNEL /* what init did before commTopoNodeOrders (to measure an older tree) */
     for (int c = 0; c < COMM_MAX_CHANNELS; c++)
       if (commTopoNodeOrder(topo, ranks, nRanks, 0, c, rings) <= 0) rc = 1;
+#else
+    if (commTopoNodeOrders(topo, ranks, nRanks, 0, 0, COMM_MAX_CHANNELS, rings) <= 0) rc = 1;
+#endif
     tock(i);
   }
   snprintf(detail, sizeof(detail), "node 0 of %d ranks, %d channels", nRanks, COMM_MAX_CHANNELS);
