@@ -1,12 +1,16 @@
 /* topo_bench: the cost of the topology layer (src/topo): discovery of this machine, loading a topology file,
  * loading a generated cluster of many copies of one host, and building rings (and the double binary trees
- * over the nodes) for every GPU of such a cluster. Each figure is the median of -r runs.
+ * over the nodes) for every GPU of such a cluster; then the same for a cluster of a few wide hosts (up to
+ * the reader's 1,024 nodes per host). Each figure is the median of -r runs.
  *
- *   topo_bench [-n nodes] [-r runs] [-f host.xml]
+ *   topo_bench [-n nodes] [-r runs] [-f host.xml] [-w hosts] [-W nodes-per-host]
  *
  * -f names the file whose first <host> element is copied -n times (names node0000, node0001, ...) into a
- * temporary file; default: tests/topo/dgx_h100.xml of the source tree. Targets (docs): discovery plus ring
- * and tree construction under 50 ms on one machine, and under 1 s for a 1,024-node file. */
+ * temporary file; default: tests/topo/dgx_h100.xml of the source tree. -w wide hosts (default 8, 0: none)
+ * of -W nodes each (default 1,022): 2 CPUs, PCI switches each with 2 NVLinked GPUs and a NIC, PCI bridges
+ * to make up the count, and the NVSwitch. "init: node order" is what commInitRank adds per rank once the
+ * file is loaded (src/core/placement.c: its node's order on every channel). Targets (docs): discovery plus
+ * ring and tree construction under 50 ms on one machine, and under 1 s for a 1,024-node file. */
 #include <errno.h>
 #include <hwloc.h>
 #include <stdio.h>
@@ -16,6 +20,7 @@
 #include <unistd.h>
 
 #include "algorithms.h"
+#include "comm_limits.h"
 #include "topo.h"
 
 #ifndef COMM_SOURCE_DIR
@@ -135,6 +140,57 @@ static int writeCluster(const char* text, int nodes, char* path, size_t pathLen)
   return 0;
 }
 
+/* `hosts` hosts of `perHost` nodes each into a temporary file (path into `path`): per host 2 CPUs, g PCI
+ * switches (alternating CPUs) each with 2 GPUs (NVLinks to the NVSwitch) and a NIC, bridges below CPU0 for
+ * the remainder (their bandwidth differs from host to host, so that no host shares the paths of the one
+ * before: the worst case), and the NVSwitch node. Returns 0 on success. */
+static int writeWide(int hosts, int perHost, char* path, size_t pathLen) {
+  int groups = (perHost - 3) / 4, bridges = perHost - 3 - 4 * groups;
+  if (groups < 1 || groups > 0xffff) {
+    fprintf(stderr, "topo_bench: -W %d: at least 7 nodes per host\n", perHost);
+    return -1;
+  }
+  const char* tmp = getenv("TMPDIR");
+  snprintf(path, pathLen, "%s/topo_bench_wide_XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+  int fd = mkstemp(path);
+  FILE* f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (f == NULL) {
+    fprintf(stderr, "topo_bench: cannot create %s: %s\n", path, strerror(errno));
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  fprintf(f, "<?xml version=\"1.0\"?>\n<topology version=\"1\">\n");
+  for (int h = 0; h < hosts; h++) {
+    fprintf(f, "  <host name=\"wide%04d\" cpulinkbw=\"40.0\">\n", h);
+    for (int c = 0; c < 2; c++) {
+      fprintf(f, "    <cpu numa=\"%d\" arch=\"x86_64\" vendor=\"GenuineIntel\" cpus=\"%d-%d\" cores=\"56\">\n", c,
+              56 * c, 56 * c + 55);
+      for (int b = 0; c == 0 && b < bridges; b++)
+        fprintf(f, "      <pci busid=\"%04x:f0:00.0\" kind=\"bridge\" bw=\"%d.0\"/>\n", b, 16 + h);
+      for (int g = c; g < groups; g += 2) {
+        fprintf(f, "      <pci busid=\"%04x:10:00.0\" kind=\"switch\" gen=\"5\" width=\"16\" bw=\"63.0\">\n", g);
+        for (int k = 0; k < 2; k++)
+          fprintf(f,
+                  "        <gpu busid=\"%04x:1%d:00.0\" dev=\"%d\" sm=\"90\" bw=\"63.0\">"
+                  "<nvlink target=\"nvswitch\" count=\"18\" bw=\"450.0\"/></gpu>\n",
+                  g, k + 1, 2 * g + k);
+        fprintf(f,
+                "        <nic busid=\"%04x:13:00.0\" name=\"mlx5_%d\" link=\"ib\" port=\"1\" speed=\"400000\" "
+                "gdr=\"1\" bw=\"63.0\"/>\n      </pci>\n",
+                g, g);
+      }
+      fprintf(f, "    </cpu>\n");
+    }
+    fprintf(f, "  </host>\n");
+  }
+  fprintf(f, "</topology>\n");
+  if (fclose(f) != 0) {
+    unlink(path);
+    return -1;
+  }
+  return 0;
+}
+
 /* One rank per GPU of every host (hosts without GPUs: 8 host ranks on their first CPU); node = host. */
 static commTopoRank* makeRanks(const commTopo* topo, int* nRanks) {
   int n = 0;
@@ -165,21 +221,84 @@ static int buildRingsTrees(const commTopo* topo, const commTopoRank* ranks, int 
   return 0;
 }
 
-static void usage(void) { fprintf(stderr, "usage: topo_bench [-n nodes] [-r runs] [-f host.xml]\n"); }
+/* Loads the file at `path` (`what`: the row's name), then rings and trees over one rank per GPU for 32 and 2
+ * channels, and what init adds per rank (one node's order on every channel). Returns 0 when all went well. */
+static int benchCluster(const char* path, const char* what, int runs) {
+  int rc = 0;
+  commTopo* topo = NULL;
+  if (commTopoLoadXml(path, &topo) != commSuccess) {
+    skipRow(what, "commTopoLoadXml of the generated file failed");
+    return 1;
+  }
+  char detail[96];
+  snprintf(detail, sizeof(detail), "%d hosts, %d nodes, %d links", topo->nHosts, topo->nNodes, topo->nLinks);
+  commTopoFree(topo);
+  for (int i = 0; i < runs; i++) {
+    tick();
+    if (commTopoLoadXml(path, &topo) != commSuccess) rc = 1;
+    tock(i);
+    if (i + 1 < runs) commTopoFree(topo);
+  }
+  row(what, detail, runs);
+
+  int nRanks = 0;
+  commTopoRank* ranks = makeRanks(topo, &nRanks);
+  int* rings = ranks ? malloc(sizeof(int) * (size_t)nRanks * COMM_MAX_CHANNELS) : NULL;
+  if (rings == NULL) {
+    fprintf(stderr, "topo_bench: out of memory\n");
+    free(ranks);
+    commTopoFree(topo);
+    return 1;
+  }
+  const int channels[2] = {32, 2};
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < runs; i++) {
+      tick();
+      if (buildRingsTrees(topo, ranks, nRanks, channels[k], rings) != 0) rc = 1;
+      tock(i);
+    }
+    char name[64];
+    snprintf(name, sizeof(name), "rings + trees, %d channels", channels[k]);
+    snprintf(detail, sizeof(detail), "%d ranks on %d nodes", nRanks, topo->nHosts);
+    row(name, detail, runs);
+  }
+  for (int i = 0; i < runs; i++) {
+    tick();
+#ifdef TOPO_BENCH_PER_CHANNEL /* what init did before commTopoNodeOrders (to measure an older tree) */
+    for (int c = 0; c < COMM_MAX_CHANNELS; c++)
+      if (commTopoNodeOrder(topo, ranks, nRanks, 0, c, rings) <= 0) rc = 1;
+#else
+    if (commTopoNodeOrders(topo, ranks, nRanks, 0, 0, COMM_MAX_CHANNELS, rings) <= 0) rc = 1;
+#endif
+    tock(i);
+  }
+  snprintf(detail, sizeof(detail), "node 0 of %d ranks, %d channels", nRanks, COMM_MAX_CHANNELS);
+  row("init: node order (one rank)", detail, runs);
+  free(rings);
+  free(ranks);
+  commTopoFree(topo);
+  return rc;
+}
+
+static void usage(void) {
+  fprintf(stderr, "usage: topo_bench [-n nodes] [-r runs] [-f host.xml] [-w hosts] [-W nodes-per-host]\n");
+}
 
 int main(int argc, char** argv) {
-  int nodes = 1024, runs = 7, opt;
+  int nodes = 1024, runs = 7, wide = 8, perWide = 1022, opt;
   char hostFile[4096];
   snprintf(hostFile, sizeof(hostFile), "%s/tests/topo/dgx_h100.xml", COMM_SOURCE_DIR);
-  while ((opt = getopt(argc, argv, "n:r:f:h")) != -1) {
+  while ((opt = getopt(argc, argv, "n:r:f:w:W:h")) != -1) {
     switch (opt) {
       case 'n': nodes = atoi(optarg); break;
       case 'r': runs = atoi(optarg); break;
       case 'f': snprintf(hostFile, sizeof(hostFile), "%s", optarg); break;
+      case 'w': wide = atoi(optarg); break;
+      case 'W': perWide = atoi(optarg); break;
       default: usage(); return opt == 'h' ? 0 : 2;
     }
   }
-  if (nodes < 1 || runs < 1 || runs > MAX_RUNS || optind != argc) {
+  if (nodes < 1 || runs < 1 || runs > MAX_RUNS || wide < 0 || perWide < 7 || optind != argc) {
     usage();
     return 2;
   }
@@ -269,48 +388,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   free(text);
-  commTopo* topo = NULL;
-  if (commTopoLoadXml(path, &topo) != commSuccess) {
-    skipRow("cluster", "commTopoLoadXml of the generated file failed");
-    unlink(path);
-    return 1;
-  }
-  char detail[96];
-  snprintf(detail, sizeof(detail), "%d hosts, %d nodes, %d links", topo->nHosts, topo->nNodes, topo->nLinks);
-  commTopoFree(topo);
-  for (int i = 0; i < runs; i++) {
-    tick();
-    if (commTopoLoadXml(path, &topo) != commSuccess) rc = 1;
-    tock(i);
-    if (i + 1 < runs) commTopoFree(topo);
-  }
-  row("load cluster (parse+finish)", detail, runs);
+  rc |= benchCluster(path, "load cluster (parse+finish)", runs);
   unlink(path);
 
-  int nRanks = 0;
-  commTopoRank* ranks = makeRanks(topo, &nRanks);
-  int* rings = ranks ? malloc(sizeof(int) * (size_t)nRanks * 32) : NULL;
-  if (rings == NULL) {
-    fprintf(stderr, "topo_bench: out of memory\n");
-    free(ranks);
-    commTopoFree(topo);
-    return 1;
-  }
-  const int channels[2] = {32, 2};
-  for (int k = 0; k < 2; k++) {
-    for (int i = 0; i < runs; i++) {
-      tick();
-      if (buildRingsTrees(topo, ranks, nRanks, channels[k], rings) != 0) rc = 1;
-      tock(i);
+  /* (d) a few wide hosts */
+  if (wide > 0) {
+    if (writeWide(wide, perWide, path, sizeof(path)) != 0) {
+      skipRow("wide hosts", "cannot write the file");
+      return 1;
     }
-    char what[64];
-    snprintf(what, sizeof(what), "rings + trees, %d channels", channels[k]);
-    snprintf(detail, sizeof(detail), "%d ranks on %d nodes", nRanks, topo->nHosts);
-    row(what, detail, runs);
+    rc |= benchCluster(path, "load wide hosts (parse+finish)", runs);
+    unlink(path);
   }
-  free(rings);
-  free(ranks);
-  commTopoFree(topo);
   if (rc) fprintf(stderr, "topo_bench: some runs failed\n");
   return rc;
 }

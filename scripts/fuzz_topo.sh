@@ -30,7 +30,7 @@ fi
 rm -f "$dir/probe"
 
 # The reader, the graph it builds and the core files those need.
-srcs=(tests/fuzz/fuzz_topo_xml.c src/topo/xml.c src/topo/xml_attr.c src/topo/xml_write.c src/topo/graph.c src/base/debug.c src/base/utils.c src/base/param.c)
+srcs=(tests/fuzz/fuzz_topo_xml.c src/topo/xml.c src/topo/xml_attr.c src/topo/xml_write.c src/topo/topo_file.c src/topo/graph.c src/topo/paths.c src/base/debug.c src/base/utils.c src/base/param.c)
 echo "fuzz_topo.sh: building $dir/fuzz_topo_xml"
 "$cc" -g -O1 -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Werror -fno-omit-frame-pointer \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc/base -Isrc/topo \

@@ -44,6 +44,7 @@
 #define TOPO_RANK_HEAD 16
 #define TOPO_HOST_LINES 16 /* other hosts printed one line each up to this many; beyond, runs collapse */
 #define TOPO_TREE_ITEMS 16 /* interior tree nodes printed per tree */
+#define TOPO_MATRIX_MAX 64 /* devices of the path matrix printed without -a */
 
 typedef struct {
   const char* file;
@@ -278,14 +279,19 @@ static void shortLabel(const commTopo* topo, int n, char* buf, size_t len) {
   snprintf(buf, len, "%s%d", commTopoNodeTypeName(topo->nodes[n].type), topo->nodes[n].index);
 }
 
-static int printMatrix(const commTopo* topo, int h) {
+static int printMatrix(const commTopo* topo, int h, int all) {
   const commTopoHost* host = &topo->hosts[h];
   int* devs = malloc(sizeof(int) * (size_t)(host->nNodes + 1));
   if (devs == NULL) return -1;
-  int m = matrixDevices(topo, h, devs);
+  int m = matrixDevices(topo, h, devs), total = m;
   if (m == 0) {
     free(devs);
     return 0;
+  }
+  /* A host of hundreds of devices: a matrix of megabytes nobody reads (and most of the run's time). */
+  if (!all && m > TOPO_MATRIX_MAX) {
+    m = TOPO_MATRIX_MAX;
+    printf("  paths between the first %d of %d devices (-a: all)\n", m, total);
   }
   char lab[96], cell[64];
   int w = 8;
@@ -321,7 +327,7 @@ static int printMatrix(const commTopo* topo, int h) {
   return 0;
 }
 
-static int printHost(const commTopo* topo, int h) {
+static int printHost(const commTopo* topo, int h, int all) {
   const commTopoHost* host = &topo->hosts[h];
   char lab[96], lab2[96];
   printHostLine(topo, h);
@@ -349,7 +355,7 @@ static int printHost(const commTopo* topo, int h) {
     printf("  %s <-> %s SYS %s GB/s\n", commTopoNodeLabel(topo, lk->a, lab, sizeof(lab)),
            commTopoNodeLabel(topo, lk->b, lab2, sizeof(lab2)), fmtGBs(lk->bw, 1, bw, sizeof(bw)));
   }
-  return printMatrix(topo, h);
+  return printMatrix(topo, h, all);
 }
 
 /* ---------------------------------------------------------------------------------------------------- */
@@ -711,7 +717,7 @@ int main(int argc, char** argv) {
   } else {
     int full = o.all ? topo->nHosts : 1;
     for (int h = 0; h < full; h++) {
-      if (printHost(topo, h) != 0) {
+      if (printHost(topo, h, o.all) != 0) {
         fprintf(stderr, "comm_topo: out of memory\n");
         commTopoRelease(topo); /* frees a loaded file; a cached discovery stays cached */
         return 1;

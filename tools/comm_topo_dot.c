@@ -83,9 +83,9 @@ static int writeDot(const commTopo* topo, FILE* f, int nShown) {
 }
 
 int writeDotFile(const commTopo* topo, const char* path, int nShown) {
-  FILE* f = fopen(path, "w");
-  if (f == NULL) {
-    fprintf(stderr, "comm_topo: cannot write %s: %s\n", path, strerror(errno));
+  FILE* f = NULL;
+  if (commTopoCreateFile("DOT file", path, &f) != commSuccess) { /* not a FIFO or device: never blocks */
+    fprintf(stderr, "comm_topo: cannot write %s: %s\n", path, commLogLastWarn());
     return -1;
   }
   int bad = writeDot(topo, f, nShown);

@@ -4,8 +4,8 @@
 # Runs comm_topo on the topology files of tests/topo and on this machine and checks what could go wrong: the
 # DGX's GPUs are NVLink peers and its rings stay on NVLink, a PCIe box falls back to shared memory across
 # CPUs, the cluster's rings enter node 0 through a different NIC per channel, the DOT and XML outputs (the
-# XML must load back to the same hosts), a malformed file (exit 1, line-numbered WARN) and a bad option
-# (exit 2).
+# XML must load back to the same hosts), a malformed file (exit 1, line-numbered WARN), files that are not
+# regular files (a FIFO, /dev/zero, a directory: exit 1 at once, with their type) and a bad option (exit 2).
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 set(ENV{COMM_TOPO_FILE} "")
@@ -147,6 +147,22 @@ file(WRITE ${WORK}/bad.xml "<?xml version=\"1.0\"?>\n<topology version=\"1\">\n 
 run(bad 1 -f ${WORK}/bad.xml)
 expect(bad "${bad_err}" "bad\\.xml:4: " "no line-numbered message")
 run(missing 1 -f ${WORK}/does_not_exist.xml)
+
+# Not regular files: refused at once with their type (a FIFO used to block the reader until a writer came;
+# ctest's timeout ends a run that hangs), as input (-f) and as output (-x, -d), which stays a FIFO.
+run(zero 1 -f /dev/zero -q)
+expect(zero "${zero_err}" "/dev/zero is a character device, not a regular file" "no refusal of /dev/zero")
+run(dir 1 -f ${WORK} -q)
+expect(dir "${dir_err}" "is a directory, not a regular file" "no refusal of a directory")
+execute_process(COMMAND mkfifo ${WORK}/fifo RESULT_VARIABLE fifo_rc)
+if(fifo_rc EQUAL 0)
+  run(fifo 1 -f ${WORK}/fifo -q)
+  expect(fifo "${fifo_err}" "fifo is a FIFO \\(named pipe\\), not a regular file" "no refusal of a FIFO")
+  run(fifox 1 -f ${TOPO_DIR}/pcie_4gpu.xml -q -x ${WORK}/fifo)
+  expect(fifox "${fifox_err}" "fifo is a FIFO" "no refusal of a FIFO as -x")
+  run(fifod 1 -f ${TOPO_DIR}/pcie_4gpu.xml -q -d ${WORK}/fifo)
+  expect(fifod "${fifod_err}" "fifo is a FIFO" "no refusal of a FIFO as -d")
+endif()
 
 # Bad arguments: exit status 2 and the usage.
 run(badopt 2 -Z)

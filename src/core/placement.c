@@ -36,11 +36,45 @@ void commPlacementDescribeSelf(struct commComm* comm, commPeerInfo* info) {
   }
 }
 
+/* The topology's named hosts sorted by name, then index: a lookup per node is a binary search (a scan per
+ * rank was 1,024 x 8,192 string compares for a 1,024-host file). */
+typedef struct {
+  const char* name;
+  int host;
+} hostName;
+
+static int cmpHostName(const void* a, const void* b) {
+  const hostName *x = a, *y = b;
+  int c = strcmp(x->name, y->name);
+  return c ? c : (x->host > y->host) - (x->host < y->host);
+}
+
+static commResult_t hostNameIndex(const commTopo* t, hostName** out, int* count) {
+  int n = 0;
+  COMMCHECK(commCalloc(out, (size_t)t->nHosts + 1, sizeof(hostName)));
+  for (int h = 0; h < t->nHosts; h++)
+    if (t->hosts[h].name[0]) (*out)[n++] = (hostName){t->hosts[h].name, h};
+  qsort(*out, (size_t)n, sizeof(hostName), cmpHostName);
+  *count = n;
+  return commSuccess;
+}
+
+/* The first host named `name` (-1: none), as topoHostByName. */
+static int hostByIndex(const hostName* idx, int n, const char* name) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (strcmp(idx[mid].name, name) < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < n && strcmp(idx[lo].name, name) == 0 ? idx[lo].host : -1;
+}
+
 /* Topology host of communicator node v: a loaded file's host named like the node, else the v-th host (mod
  * the count); a discovered topology describes this node only. */
-static int topoHostOfNode(const struct commComm* comm, int v, int firstRank) {
+static int topoHostOfNode(const struct commComm* comm, const hostName* idx, int nIdx, int v, int firstRank) {
   const commTopo* t = comm->topo;
-  int h = topoHostByName(t, comm->peers[firstRank].hostname);
+  int h = hostByIndex(idx, nIdx, comm->peers[firstRank].hostname);
   if (h >= 0) return h;
   if (commParamStr("COMM_TOPO_FILE", NULL) != NULL) return v % t->nHosts;
   return v == comm->node ? 0 : -1;
@@ -51,6 +85,8 @@ static int topoHostOfNode(const struct commComm* comm, int v, int firstRank) {
 commResult_t commPlacementDump(struct commComm* comm) {
   const char* path = commParamStr("COMM_TOPO_DUMP_FILE", NULL);
   if (path == NULL || comm->rank != commParamInt("COMM_TOPO_DUMP_FILE_RANK", 0, 0, INT32_MAX)) return commSuccess;
+  /* rename() would replace a FIFO or device node there with a file: refuse it as the reader does. */
+  COMMCHECK(commTopoCheckPath("COMM_TOPO_DUMP_FILE", path));
   char tmp[4096];
   if ((size_t)snprintf(tmp, sizeof(tmp), "%s.%d.%p.tmp", path, (int)getpid(), (void*)comm) >= sizeof(tmp)) {
     WARN("COMM_TOPO_DUMP_FILE path is too long");
@@ -79,20 +115,25 @@ commResult_t commPlacementSetup(struct commComm* comm) {
   int n = comm->nRanks;
   commTopo* t = comm->topo;
   commTopoRank* ranks = NULL;
-  int *firstOfNode = NULL, *order = NULL;
+  int *firstOfNode = NULL, *order = NULL, *hostOfNode = NULL, nNamed = 0;
+  hostName* nameIdx = NULL;
   rankTopoMsg* msgs = NULL;
   int* nodeStart = NULL;
   char* seen = NULL;
   COMMCHECK(commCalloc(&ranks, (size_t)n, sizeof(commTopoRank)));
   comm->topoRanks = ranks;
   COMMCHECKGOTO(commCalloc(&firstOfNode, (size_t)comm->nNodes, sizeof(int)), res, exit);
-  COMMCHECKGOTO(commCalloc(&order, (size_t)n, sizeof(int)), res, exit);
+  COMMCHECKGOTO(commCalloc(&order, (size_t)n * COMM_MAX_CHANNELS, sizeof(int)), res, exit);
   for (int v = 0; v < comm->nNodes; v++) firstOfNode[v] = -1;
   for (int r = 0; r < n; r++)
     if (firstOfNode[comm->rankNode[r]] < 0) firstOfNode[comm->rankNode[r]] = r;
+  COMMCHECKGOTO(hostNameIndex(t, &nameIdx, &nNamed), res, exit);
+  COMMCHECKGOTO(commCalloc(&hostOfNode, (size_t)comm->nNodes, sizeof(int)), res, exit);
+  for (int v = 0; v < comm->nNodes; v++)
+    hostOfNode[v] = firstOfNode[v] >= 0 ? topoHostOfNode(comm, nameIdx, nNamed, v, firstOfNode[v]) : -1;
   for (int r = 0; r < n; r++) {
     int v = comm->rankNode[r];
-    int h = topoHostOfNode(comm, v, firstOfNode[v]);
+    int h = hostOfNode[v];
     const commPeerInfo* p = &comm->peers[r];
     int dev = h >= 0 ? commTopoFind(t, h, p->topoDevType, p->topoDevIndex) : -1;
     if (h >= 0 && dev < 0) {
@@ -120,10 +161,10 @@ commResult_t commPlacementSetup(struct commComm* comm) {
   /* This rank's position in its node's part of every channel's ring, and the NIC it uses, then everyone's. */
   COMMCHECKGOTO(commCalloc(&msgs, (size_t)n, sizeof(rankTopoMsg)), res, exit);
   rankTopoMsg* mine = &msgs[comm->rank];
+  int m = commTopoNodeOrders(t, ranks, n, comm->node, 0, COMM_MAX_CHANNELS, order); /* all channels at once */
   for (int c = 0; c < COMM_MAX_CHANNELS; c++) {
-    int m = commTopoNodeOrder(t, ranks, n, comm->node, c, order);
     int i = 0;
-    while (i < m && order[i] != comm->rank) i++;
+    while (i < m && order[(size_t)c * m + i] != comm->rank) i++;
     mine->pos[c] = (uint16_t)(i < m ? i : UINT16_MAX);
   }
   /* The tuner counts a node's NICs from what its ranks report: the topology's NIC of each rank (which the
@@ -157,6 +198,8 @@ commResult_t commPlacementSetup(struct commComm* comm) {
   }
 exit:
   free(firstOfNode);
+  free(nameIdx);
+  free(hostOfNode);
   free(order);
   free(msgs);
   free(nodeStart);

@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "debug.h"
+#include "graph_internal.h"
 #include "param.h"
 #include "topo.h"
 #include "utils.h"
@@ -41,7 +42,8 @@ commResult_t commTopoCreate(commTopo** out) {
 void commTopoFree(commTopo* topo) {
   if (topo == NULL) return;
   if (topo->paths) {
-    for (int h = 0; h < topo->nHosts; h++) free(topo->paths[h]);
+    for (int h = 0; h < topo->nHosts; h++) /* identical consecutive hosts share a table (paths.c) */
+      if (h == 0 || topo->paths[h] != topo->paths[h - 1]) free(topo->paths[h]);
     free(topo->paths);
   }
   free(topo->hosts);
@@ -49,6 +51,7 @@ void commTopoFree(commTopo* topo) {
   free(topo->links);
   free(topo->adj);
   free(topo->nvreq);
+  free(topo->typeNodes);
   free(topo);
 }
 
@@ -209,6 +212,24 @@ static commResult_t validate(commTopo* topo) {
   return commSuccess;
 }
 
+/* topo->typeNodes: the nodes of every host grouped by type, each group in index order (nodes of a host are
+ * numbered in node order within their type, so the index-th entry of a group is the node of that index). */
+static commResult_t indexByType(commTopo* topo) {
+  COMMCHECK(commCalloc(&topo->typeNodes, (size_t)topo->nNodes + 1, sizeof(int)));
+  int pos = 0;
+  for (int h = 0; h < topo->nHosts; h++) {
+    commTopoHost* host = &topo->hosts[h];
+    int end = host->firstNode + host->nNodes;
+    for (int t = 0; t < COMM_TOPO_NODE_TYPES; t++) {
+      host->typeFirst[t] = pos;
+      for (int i = host->firstNode; i < end; i++)
+        if (topo->nodes[i].type == t) topo->typeNodes[pos++] = i;
+    }
+    host->typeFirst[COMM_TOPO_NODE_TYPES] = pos;
+  }
+  return commSuccess;
+}
+
 static commResult_t addLink(commTopo* topo, int a, int b, int type, int count, double bw, double lat) {
   COMMCHECK(grow(&topo->links, topo->nLinks, &topo->linksCap, sizeof(commTopoLink)));
   topo->links[topo->nLinks++] = (commTopoLink){a, b, type, count, bw, lat};
@@ -235,13 +256,13 @@ static commResult_t makeLinks(commTopo* topo) {
                                                                                           : DEFAULT_PCI_BW;
     COMMCHECK(addLink(topo, nd->parent, i, COMM_LINK_PCI, 1, bw, LAT_PCI));
   }
-  for (int h = 0; h < topo->nHosts; h++) {
+  for (int h = 0; h < topo->nHosts; h++) { /* every pair of the host's CPUs, in node order */
     const commTopoHost* host = &topo->hosts[h];
+    const int* cpus = topo->typeNodes + host->typeFirst[COMM_TOPO_CPU];
     double bw = defaultCpuLinkBw(topo, h);
-    for (int i = host->firstNode; i < host->firstNode + host->nNodes; i++)
-      for (int j = i + 1; j < host->firstNode + host->nNodes; j++)
-        if (topo->nodes[i].type == COMM_TOPO_CPU && topo->nodes[j].type == COMM_TOPO_CPU)
-          COMMCHECK(addLink(topo, i, j, COMM_LINK_SYS, 1, bw, LAT_SYS));
+    for (int i = 0; i < host->nCpus; i++)
+      for (int j = i + 1; j < host->nCpus; j++)
+        COMMCHECK(addLink(topo, cpus[i], cpus[j], COMM_LINK_SYS, 1, bw, LAT_SYS));
   }
   /* NVLinks: one bundle per pair of ends, whichever end declared them and however many times. */
   if (topo->nNvreq > 1) qsort(topo->nvreq, (size_t)topo->nNvreq, sizeof(*topo->nvreq), nvreqCompare);
@@ -284,95 +305,6 @@ static commResult_t makeLinks(commTopo* topo) {
   return commSuccess;
 }
 
-/* A path label during the search: class, PCI switches passed, bottleneck, hops, latency. */
-typedef struct {
-  int cls, nSwitch, hops;
-  double bw, lat;
-} pathLabel;
-
-static int labelBetter(const pathLabel* x, const pathLabel* y) {
-  if (x->cls != y->cls) return x->cls < y->cls;
-  if (x->nSwitch != y->nSwitch) return x->nSwitch < y->nSwitch;
-  if (x->bw != y->bw) return x->bw > y->bw;
-  return x->hops < y->hops;
-}
-
-static int isEndpointOnly(int type) { return type == COMM_TOPO_GPU || type == COMM_TOPO_NIC; }
-
-/* Best paths from local node s to every node of host h: label-setting search (every extension makes a
- * label worse in the lexicographic order, so the first label fixed at a node is its best). */
-static void pathsFrom(const commTopo* topo, int h, int s, pathLabel* lab, char* done, commTopoPath* out) {
-  const commTopoHost* host = &topo->hosts[h];
-  int n = host->nNodes, base = host->firstNode;
-  for (int i = 0; i < n; i++) {
-    lab[i].cls = COMM_PATH_DIS;
-    done[i] = 0;
-  }
-  lab[s] = (pathLabel){COMM_PATH_LOC, 0, 0, 1e300, 0};
-  for (;;) {
-    int u = -1;
-    for (int i = 0; i < n; i++)
-      if (!done[i] && lab[i].cls != COMM_PATH_DIS && (u < 0 || labelBetter(&lab[i], &lab[u]))) u = i;
-    if (u < 0) break;
-    done[u] = 1;
-    const commTopoNode* un = &topo->nodes[base + u];
-    if (u != s && isEndpointOnly(un->type)) continue; /* paths never pass through a GPU or a NIC */
-    pathLabel via = lab[u];
-    if (u != s) {
-      if (un->type == COMM_TOPO_PCI && ++via.nSwitch >= 2 && via.cls < COMM_PATH_PXB) via.cls = COMM_PATH_PXB;
-      if (un->type == COMM_TOPO_CPU && via.cls < COMM_PATH_PHB) via.cls = COMM_PATH_PHB;
-    }
-    for (int k = 0; k < un->nLinks; k++) {
-      const commTopoLink* l = &topo->links[topo->adj[un->firstLink + k]];
-      int v = (l->a == base + u ? l->b : l->a) - base;
-      if (done[v]) continue;
-      pathLabel nl = via;
-      int linkCls = l->type == COMM_LINK_NVL ? COMM_PATH_NVL : l->type == COMM_LINK_PCI ? COMM_PATH_PIX : COMM_PATH_SYS;
-      if (nl.cls < linkCls) nl.cls = linkCls;
-      if (l->bw < nl.bw) nl.bw = l->bw;
-      nl.hops++;
-      nl.lat += l->latUs;
-      if (lab[v].cls == COMM_PATH_DIS || labelBetter(&nl, &lab[v])) lab[v] = nl;
-    }
-  }
-  for (int i = 0; i < n; i++) {
-    commTopoPath p = {COMM_PATH_DIS, 0, 0, 0};
-    if (lab[i].cls != COMM_PATH_DIS) {
-      int cls = lab[i].cls;
-      /* A path that starts or ends at a CPU is "same CPU" at best. */
-      if (i != s && cls < COMM_PATH_PHB &&
-          (topo->nodes[base + s].type == COMM_TOPO_CPU || topo->nodes[base + i].type == COMM_TOPO_CPU))
-        cls = COMM_PATH_PHB;
-      p.type = (uint8_t)cls;
-      p.hops = (uint8_t)(lab[i].hops > 255 ? 255 : lab[i].hops);
-      p.bw = i == s ? 0 : (float)lab[i].bw;
-      p.latUs = (float)lab[i].lat;
-    }
-    out[i] = p;
-  }
-}
-
-static commResult_t computePaths(commTopo* topo) {
-  commResult_t res = commSuccess;
-  pathLabel* lab = NULL;
-  char* done = NULL;
-  int maxN = 1;
-  for (int h = 0; h < topo->nHosts; h++)
-    if (topo->hosts[h].nNodes > maxN) maxN = topo->hosts[h].nNodes;
-  COMMCHECK(commCalloc(&topo->paths, (size_t)topo->nHosts, sizeof(commTopoPath*)));
-  COMMCHECKGOTO(commCalloc(&lab, (size_t)maxN, sizeof(pathLabel)), res, exit);
-  COMMCHECKGOTO(commCalloc(&done, (size_t)maxN, 1), res, exit);
-  for (int h = 0; h < topo->nHosts; h++) {
-    int n = topo->hosts[h].nNodes;
-    COMMCHECKGOTO(commCalloc(&topo->paths[h], (size_t)n * n + 1, sizeof(commTopoPath)), res, exit);
-    for (int s = 0; s < n; s++) pathsFrom(topo, h, s, lab, done, topo->paths[h] + (size_t)s * n);
-  }
-exit:
-  free(lab);
-  free(done);
-  return res;
-}
-
 commResult_t commTopoFinish(commTopo* topo) {
   if (topo->finished) return commSuccess;
   if (topo->nHosts < 1) {
@@ -381,8 +313,9 @@ commResult_t commTopoFinish(commTopo* topo) {
   }
   COMMCHECK(renumberByHost(topo));
   COMMCHECK(validate(topo));
+  COMMCHECK(indexByType(topo));
   COMMCHECK(makeLinks(topo));
-  COMMCHECK(computePaths(topo));
+  COMMCHECK(commTopoComputePaths(topo));
   topo->finished = 1;
   return commSuccess;
 }
@@ -390,11 +323,14 @@ commResult_t commTopoFinish(commTopo* topo) {
 /* ---- Queries ---- */
 
 int commTopoFind(const commTopo* topo, int host, int type, int index) {
-  if (host < 0 || host >= topo->nHosts) return -1;
+  if (host < 0 || host >= topo->nHosts || type < 0 || type >= COMM_TOPO_NODE_TYPES || index < 0) return -1;
   const commTopoHost* h = &topo->hosts[host];
-  for (int i = h->firstNode; i < h->firstNode + h->nNodes; i++)
-    if (topo->nodes[i].type == type && topo->nodes[i].index == index) return i;
-  return -1;
+  if (!topo->finished) { /* no index yet */
+    for (int i = h->firstNode; i < h->firstNode + h->nNodes; i++)
+      if (topo->nodes[i].type == type && topo->nodes[i].index == index) return i;
+    return -1;
+  }
+  return index < h->typeFirst[type + 1] - h->typeFirst[type] ? topo->typeNodes[h->typeFirst[type] + index] : -1;
 }
 
 /* "0000:17:00.0" from "17:00.0" or "0000:17:00.0", lower case; "" when malformed. */
@@ -519,8 +455,8 @@ int commTopoNicsByDistance(const commTopo* topo, int from, int* nics, int max) {
   const commTopoHost* h = &topo->hosts[topo->nodes[from].host];
   /* Insertion into the best `max` so far: a NIC not better than the last kept one is dropped. */
   int cnt = 0;
-  for (int i = h->firstNode; i < h->firstNode + h->nNodes; i++) {
-    if (topo->nodes[i].type != COMM_TOPO_NIC) continue;
+  for (int k = h->typeFirst[COMM_TOPO_NIC]; k < h->typeFirst[COMM_TOPO_NIC + 1]; k++) {
+    int i = topo->typeNodes[k];
     if (cnt == max && !nicNearer(topo, from, i, nics[max - 1])) continue;
     int j = cnt < max ? cnt++ : max - 1;
     while (j > 0 && nicNearer(topo, from, i, nics[j - 1])) {

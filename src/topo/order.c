@@ -38,17 +38,29 @@ static void shareIndex(const nodeCtx* nc, int i, int* li, int* nShare) {
   }
 }
 
-/* The equally nearest NICs of a device: the prefix of commTopoNicsByDistance with the best class and
- * bandwidth. */
+/* The equally nearest NICs of a device: the prefix of commTopoNicsByDistance(.., MAX_NODE_NICS) with the
+ * best class and bandwidth, found in one pass over the host's NICs (that call keeps the best 64 of all of
+ * them by insertion: a host of 255 NICs and 510 GPUs spent most of its ring time there). Equal NICs are
+ * in the same order: faster first, then by index. */
 static int nearestNics(const commTopo* topo, int dev, int* nics) {
-  int n = commTopoNicsByDistance(topo, dev, nics, MAX_NODE_NICS);
-  if (n == 0) return 0;
-  commTopoPath best = commTopoPathOf(topo, dev, nics[0]);
-  int k = 1;
-  while (k < n) {
-    commTopoPath p = commTopoPathOf(topo, dev, nics[k]);
-    if (p.type != best.type || p.bw != best.bw) break;
-    k++;
+  if (dev < 0 || dev >= topo->nNodes) return 0;
+  const commTopoHost* h = &topo->hosts[topo->nodes[dev].host];
+  commTopoPath best = {COMM_PATH_DIS, 0, 0, 0};
+  int k = 0;
+  for (int t = h->typeFirst[COMM_TOPO_NIC]; t < h->typeFirst[COMM_TOPO_NIC + 1]; t++) {
+    int nic = topo->typeNodes[t];
+    commTopoPath p = commTopoPathOf(topo, dev, nic);
+    if (k > 0 && (p.type > best.type || (p.type == best.type && p.bw < best.bw))) continue;
+    if (k == 0 || p.type != best.type || p.bw != best.bw) { /* a better class or bandwidth: start again */
+      best = p;
+      k = 0;
+    }
+    int speed = topo->nodes[nic].u.nic.speedMbps, j = k < MAX_NODE_NICS ? k++ : MAX_NODE_NICS;
+    while (j > 0 && speed > topo->nodes[nics[j - 1]].u.nic.speedMbps) {
+      if (j < MAX_NODE_NICS) nics[j] = nics[j - 1];
+      j--;
+    }
+    if (j < MAX_NODE_NICS) nics[j] = nic;
   }
   return k;
 }
@@ -239,12 +251,15 @@ static int nicUser(const nodeCtx* nc, const int* nicOf, int e, int turn) {
   return cands[turn % nCand];
 }
 
-/* Node order on one channel (see commTopoNodeOrder), for the node's ranks nc->list. */
-static commResult_t nodeOrder(const nodeCtx* nc, int channel, int cycle, int* order) {
+/* Node orders on channels c0 .. c0 + nCh - 1 (see commTopoNodeOrder), for the node's ranks nc->list: channel
+ * c0 + k's order into orders + k * stride. What does not depend on the channel (the node's distinct devices,
+ * their nearest NICs, their ranks) is made once. */
+static commResult_t nodeOrders(const nodeCtx* nc, int c0, int nCh, int cycle, int* orders, size_t stride) {
   int m = nc->m;
   const commTopo* topo = nc->topo;
   commResult_t res = commSuccess;
   int *devs = NULL, *devOf = NULL, *devOrder = NULL, *nicOf = NULL, *devNics = NULL, *devCount = NULL;
+  int *slot = NULL, *byDev = NULL;
   int host = nc->ranks[nc->list[0]].host;
   int known = topo != NULL && host >= 0 && host < topo->nHosts;
   for (int i = 0; known && i < m; i++) {
@@ -252,70 +267,82 @@ static commResult_t nodeOrder(const nodeCtx* nc, int channel, int cycle, int* or
     if (rk->host != host || rk->dev < 0 || rk->dev >= topo->nNodes || topo->nodes[rk->dev].host != host) known = 0;
   }
   if (!known) { /* no topology for this node: rank order, starting at the channel's rank */
-    for (int i = 0; i < m; i++) order[i] = nc->list[(i + channel) % m];
+    for (int k = 0; k < nCh; k++)
+      for (int i = 0; i < m; i++) orders[k * stride + i] = nc->list[(i + c0 + k) % m];
     return commSuccess;
   }
   COMMCHECKGOTO(commCalloc(&devs, (size_t)m, sizeof(int)), res, exit);
   COMMCHECKGOTO(commCalloc(&devOf, (size_t)m, sizeof(int)), res, exit);
   COMMCHECKGOTO(commCalloc(&devOrder, (size_t)m, sizeof(int)), res, exit);
   COMMCHECKGOTO(commCalloc(&nicOf, (size_t)m, sizeof(int)), res, exit);
-  /* Distinct devices, in order of their first rank. */
+  /* Distinct devices, in order of their first rank (slot: a host node's position in devs, -1 none). */
+  const commTopoHost* th = &topo->hosts[host];
+  COMMCHECKGOTO(commCalloc(&slot, (size_t)th->nNodes, sizeof(int)), res, exit);
+  COMMCHECKGOTO(commCalloc(&byDev, (size_t)m + 1, sizeof(int)), res, exit);
+  for (int i = 0; i < th->nNodes; i++) slot[i] = -1;
   int nd = 0;
   for (int i = 0; i < m; i++) {
-    int d = nc->ranks[nc->list[i]].dev, k;
-    for (k = 0; k < nd; k++)
-      if (devs[k] == d) break;
-    if (k == nd) devs[nd++] = d;
-    devOf[i] = k;
-  }
-  /* The entry NIC: the channel turns through the NICs the node's ranks use on it (by NIC index); the
-   * start rank is one of its users nearest to it, turning through those as channels come back to it. */
-  int used[MAX_NODE_NICS], nUsed = 0;
-  COMMCHECKGOTO(commCalloc(&devNics, (size_t)nd * MAX_NODE_NICS, sizeof(int)), res, exit);
-  COMMCHECKGOTO(commCalloc(&devCount, (size_t)nd * 3, sizeof(int)), res, exit); /* nearest, ranks, seen */
-  for (int k = 0; k < nd; k++) devCount[k] = nearestNics(topo, devs[k], devNics + (size_t)k * MAX_NODE_NICS);
-  for (int i = 0; i < m; i++) devCount[nd + devOf[i]]++;
-  for (int i = 0; i < m; i++) {
-    /* as nodeRankNic, with the per-device counts made once */
-    int k = devOf[i], li = devCount[2 * nd + k]++, nShare = devCount[nd + k];
-    nicOf[i] = devCount[k] ? devNics[(size_t)k * MAX_NODE_NICS + (li + (nShare == 1 ? channel : 0)) % devCount[k]] : -1;
-    if (nicOf[i] < 0) continue;
-    int u;
-    for (u = 0; u < nUsed; u++)
-      if (used[u] == nicOf[i]) break;
-    if (u == nUsed && nUsed < MAX_NODE_NICS) {
-      int j = nUsed++;
-      while (j > 0 && used[j - 1] > nicOf[i]) {
-        used[j] = used[j - 1];
-        j--;
-      }
-      used[j] = nicOf[i];
+    int d = nc->ranks[nc->list[i]].dev - th->firstNode;
+    if (slot[d] < 0) {
+      slot[d] = nd;
+      devs[nd++] = d + th->firstNode;
     }
+    devOf[i] = slot[d];
   }
-  int start = channel % m, end = -1; /* indices in list */
-  if (nUsed > 0) {
-    start = nicUser(nc, nicOf, used[channel % nUsed], channel / nUsed);
-    /* Leave through the NIC the previous channel enters by, so that over nUsed channels every NIC carries
-     * one ring into the node and one out of it. */
-    if (nUsed > 1) end = nicUser(nc, nicOf, used[(channel + nUsed - 1) % nUsed], channel / nUsed);
-  }
-  COMMCHECKGOTO(searchOrder(topo, devs, nd, devOf[start], end >= 0 ? devOf[end] : -1, cycle, devOrder), res, exit);
-  /* Expand devices into ranks: the start device's ranks from the start rank on (turning), the others in
-   * rank order. */
-  int pos = 0;
-  for (int k = 0; k < nd; k++) {
-    int d = devOrder[k];
-    if (k == 0) {
-      for (int t = 0; t < m; t++) {
-        int i = (start + t) % m;
-        if (devOf[i] == d) order[pos++] = nc->list[i];
+  /* Per device: its equally nearest NICs, its ranks' count, the start of its ranks in byDev (the ranks of
+   * each device in rank order, a counting sort); devCount: nearest, ranks, starts (nd + 1), seen. */
+  COMMCHECKGOTO(commCalloc(&devNics, (size_t)nd * MAX_NODE_NICS, sizeof(int)), res, exit);
+  COMMCHECKGOTO(commCalloc(&devCount, (size_t)nd * 4 + 1, sizeof(int)), res, exit);
+  int *nNear = devCount, *nRanksOf = devCount + nd, *devStart = devCount + 2 * nd, *seen = devCount + 3 * nd + 1;
+  for (int k = 0; k < nd; k++) nNear[k] = nearestNics(topo, devs[k], devNics + (size_t)k * MAX_NODE_NICS);
+  for (int i = 0; i < m; i++) nRanksOf[devOf[i]]++;
+  for (int k = 0; k < nd; k++) devStart[k + 1] = devStart[k] + nRanksOf[k];
+  for (int i = 0; i < m; i++) byDev[devStart[devOf[i]] + seen[devOf[i]]++] = i;
+  for (int k = 0; k < nCh; k++) {
+    int channel = c0 + k, *order = orders + k * stride;
+    /* The entry NIC: the channel turns through the NICs the node's ranks use on it (by NIC index); the
+     * start rank is one of its users nearest to it, turning through those as channels come back to it. */
+    int used[MAX_NODE_NICS], nUsed = 0;
+    memset(seen, 0, sizeof(int) * (size_t)nd);
+    for (int i = 0; i < m; i++) {
+      /* as nodeRankNic, with the per-device counts made once */
+      int d = devOf[i], li = seen[d]++, nShare = nRanksOf[d];
+      nicOf[i] = nNear[d] ? devNics[(size_t)d * MAX_NODE_NICS + (li + (nShare == 1 ? channel : 0)) % nNear[d]] : -1;
+      if (nicOf[i] < 0) continue;
+      int u;
+      for (u = 0; u < nUsed; u++)
+        if (used[u] == nicOf[i]) break;
+      if (u == nUsed && nUsed < MAX_NODE_NICS) {
+        int j = nUsed++;
+        while (j > 0 && used[j - 1] > nicOf[i]) {
+          used[j] = used[j - 1];
+          j--;
+        }
+        used[j] = nicOf[i];
       }
-    } else {
-      for (int i = 0; i < m; i++)
-        if (devOf[i] == d) order[pos++] = nc->list[i];
+    }
+    int start = channel % m, end = -1; /* indices in list */
+    if (nUsed > 0) {
+      start = nicUser(nc, nicOf, used[channel % nUsed], channel / nUsed);
+      /* Leave through the NIC the previous channel enters by, so that over nUsed channels every NIC carries
+       * one ring into the node and one out of it. */
+      if (nUsed > 1) end = nicUser(nc, nicOf, used[(channel + nUsed - 1) % nUsed], channel / nUsed);
+    }
+    COMMCHECKGOTO(searchOrder(topo, devs, nd, devOf[start], end >= 0 ? devOf[end] : -1, cycle, devOrder), res, exit);
+    /* Expand devices into ranks: the start device's ranks from the start rank on (turning), the others in
+     * rank order. */
+    int pos = 0;
+    for (int t = 0; t < nd; t++) {
+      int d = devOrder[t], lo = devStart[d], hi = devStart[d + 1], first = lo;
+      if (t == 0)
+        while (first < hi && byDev[first] < start) first++;
+      for (int q = 0; q < hi - lo; q++)
+        order[pos++] = nc->list[byDev[first + q < hi ? first + q : first + q - (hi - lo)]];
     }
   }
 exit:
+  free(slot);
+  free(byDev);
   free(devs);
   free(devOf);
   free(devOrder);
@@ -332,14 +359,20 @@ static int countNodes(const commTopoRank* ranks, int nRanks) {
   return n;
 }
 
-int commTopoNodeOrder(const commTopo* topo, const commTopoRank* ranks, int nRanks, int node, int channel, int* order) {
+int commTopoNodeOrders(const commTopo* topo, const commTopoRank* ranks, int nRanks, int node, int channel,
+                       int nChannels, int* orders) {
   int* list = malloc(sizeof(int) * (size_t)(nRanks > 0 ? nRanks : 1));
   if (list == NULL) return 0;
   nodeCtx nc = {topo, ranks, list, nodeRanks(ranks, nRanks, node, list)};
   int m = nc.m;
-  if (m > 0 && nodeOrder(&nc, channel, countNodes(ranks, nRanks) == 1, order) != commSuccess) m = 0;
+  if (m > 0 && nodeOrders(&nc, channel, nChannels, countNodes(ranks, nRanks) == 1, orders, (size_t)m) != commSuccess)
+    m = 0;
   free(list);
   return m;
+}
+
+int commTopoNodeOrder(const commTopo* topo, const commTopoRank* ranks, int nRanks, int node, int channel, int* order) {
+  return commTopoNodeOrders(topo, ranks, nRanks, node, channel, 1, order);
 }
 
 commResult_t commTopoRings(const commTopo* topo, const commTopoRank* ranks, int nRanks, int nNodes, int nChannels,
@@ -360,12 +393,10 @@ commResult_t commTopoRings(const commTopo* topo, const commTopoRank* ranks, int 
   for (int r = 0; r < nRanks; r++) byNode[start[ranks[r].node]++] = r;
   for (int v = nNodes; v > 0; v--) start[v] = start[v - 1];
   start[0] = 0;
-  for (int c = 0; c < nChannels; c++) {
-    for (int v = 0; v < nNodes; v++) {
-      nodeCtx nc = {topo, ranks, byNode + start[v], start[v + 1] - start[v]};
-      if (nc.m == 0) continue;
-      COMMCHECKGOTO(nodeOrder(&nc, c, nNodes == 1, rings + (size_t)c * nRanks + start[v]), res, exit);
-    }
+  for (int v = 0; v < nNodes && nChannels > 0; v++) {
+    nodeCtx nc = {topo, ranks, byNode + start[v], start[v + 1] - start[v]};
+    if (nc.m == 0) continue;
+    COMMCHECKGOTO(nodeOrders(&nc, 0, nChannels, nNodes == 1, rings + start[v], (size_t)nRanks), res, exit);
   }
 exit:
   free(start);

@@ -136,6 +136,9 @@ typedef struct {
   double cpuLinkBw;              /* GB/s between two CPUs of this host (0: default for the arch) */
   int firstNode, nNodes;         /* nodes of a host are contiguous once finished (commTopoFinish sorts) */
   int nGpus, nNics, nCpus;
+  /* Filled by commTopoFinish: topo->typeNodes[typeFirst[t] .. typeFirst[t + 1]) are the host's nodes of type
+   * t, in index order. */
+  int typeFirst[COMM_TOPO_NODE_TYPES + 1];
 } commTopoHost;
 
 typedef struct {
@@ -160,8 +163,10 @@ typedef struct commTopo {
   } * nvreq;
   int nNvreq, nvreqCap;
   int finished;
-  /* Paths, per host: paths[h][i * n + j] for the i-th and j-th node of host h (n = hosts[h].nNodes) */
+  /* Paths, per host: paths[h][i * n + j] for the i-th and j-th node of host h (n = hosts[h].nNodes); a host
+   * with the same nodes and links as the host before it shares that host's table */
   commTopoPath** paths;
+  int* typeNodes; /* nNodes entries: see commTopoHost.typeFirst */
 } commTopo;
 
 /* Builder. Indices stay valid until commTopoFinish, which may renumber nodes (hosts contiguous, in host
@@ -223,10 +228,32 @@ commResult_t commTopoDiscover(commTopo** out);
  *   </topology>
  * Parse errors: commInvalidArgument and a WARN "<source>:<line>: <what is wrong>"; nothing is returned. */
 commResult_t commTopoParseXml(const char* text, size_t len, const char* source, commTopo** out);
+/* Reads `path` with commTopoReadFile (regular files only, at most COMM_TOPO_FILE_MAX_BYTES, within
+ * COMM_TOPO_FILE_READ_MS), then parses it. */
 commResult_t commTopoLoadXml(const char* path, commTopo** out);
 /* Canonical text of a finished topology: dump -> load -> dump is byte-identical. */
 commResult_t commTopoWriteXml(const commTopo* topo, FILE* f);
+/* Writes `path` through commTopoCreateFile (never blocks on a FIFO or a device). */
 commResult_t commTopoDumpXml(const commTopo* topo, const char* path);
+
+/* Files a user names (src/topo/topo_file.c). Each is opened with O_NONBLOCK | O_CLOEXEC and fstat'ed:
+ * anything but a regular file (FIFO, device, socket, directory) is refused at once with commInvalidArgument
+ * and a WARN naming the file and its type, so nothing waits on a FIFO's other end or reads /dev/zero
+ * forever. `what` names the file in messages ("topology file"). */
+#define COMM_TOPO_FILE_MAX_BYTES ((size_t)64 << 20) /* a 1,024-host cluster of DGX-like hosts is ~6 MB */
+#define COMM_TOPO_FILE_READ_MS 10000                /* reading a topology file, whatever the file system */
+/* The whole file into *text (NUL-terminated, malloc'ed) and its length into *len. A file larger than
+ * maxBytes is refused before reading (commInvalidArgument), one still unread at timeoutMs is an error
+ * (commSystemError); each read() is of a regular file, so only a stuck file system can hold one. */
+commResult_t commTopoReadFile(const char* what, const char* path, size_t maxBytes, int timeoutMs, char** text,
+                              size_t* len);
+/* Creates or truncates `path` for writing (mode 0644), refusing anything that exists and is not a regular
+ * file. */
+commResult_t commTopoCreateFile(const char* what, const char* path, FILE** out);
+/* commSuccess when `path` does not exist or is a regular file; else the refusal above. */
+commResult_t commTopoCheckPath(const char* what, const char* path);
+/* "a FIFO (named pipe)", "a directory", ... for a st_mode. */
+const char* commTopoFileTypeName(unsigned mode);
 
 /* COMM_TOPO_FILE when set (load), else discovery; shared by the process's communicators (cached per
  * source), so release it with commTopoRelease, never commTopoFree. (COMM_TOPO_DUMP_FILE is written by the
@@ -256,6 +283,10 @@ commResult_t commTopoRings(const commTopo* topo, const commTopoRank* ranks, int 
 /* The intra-node order of node `node` on channel c (ranks in ring order), as used by commTopoRings:
  * order[0 .. m) for the m ranks of that node. Returns m. */
 int commTopoNodeOrder(const commTopo* topo, const commTopoRank* ranks, int nRanks, int node, int channel, int* order);
+/* The same for channels channel .. channel + nChannels - 1 at once (what does not depend on the channel is
+ * made once): channel + k's order in orders[k * m .. (k + 1) * m), for orders of nChannels x nRanks. */
+int commTopoNodeOrders(const commTopo* topo, const commTopoRank* ranks, int nRanks, int node, int channel,
+                       int nChannels, int* orders);
 
 /* Transport between two ranks' devices. */
 typedef enum { COMM_TOPO_USE_P2P = 0, COMM_TOPO_USE_SHM = 1, COMM_TOPO_USE_NET = 2 } commTopoTransport;

@@ -594,45 +594,15 @@ exit:
 }
 
 commResult_t commTopoLoadXml(const char* path, commTopo** out) {
-  commResult_t res = commSuccess;
-  char* buf = NULL;
-  size_t len = 0, cap = 0;
   if (path == NULL || out == NULL) {
     WARN("commTopoLoadXml: NULL argument");
     return commInvalidArgument;
   }
   *out = NULL;
-  FILE* f = fopen(path, "rb");
-  if (f == NULL) {
-    WARN("cannot open topology file %s: %s", path, strerror(errno));
-    return commSystemError;
-  }
-  /* Read in chunks: the file may be a pipe or /proc entry whose size stat cannot tell. */
-  for (;;) {
-    if (len == cap) {
-      if (cap > XML_MAX_FILE) {
-        WARN("%s:1: topology file is larger than the limit of %zu MiB", path, XML_MAX_FILE >> 20);
-        res = commInvalidArgument;
-        goto exit;
-      }
-      size_t newCap = cap ? COMM_MIN(cap * 2, XML_MAX_FILE + 1) : (size_t)1 << 16;
-      COMMCHECKGOTO(commRealloc(&buf, cap, newCap, 1), res, exit);
-      cap = newCap;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) {
-      if (ferror(f)) {
-        WARN("cannot read topology file %s: %s", path, strerror(errno));
-        res = commSystemError;
-        goto exit;
-      }
-      break;
-    }
-  }
-  res = commTopoParseXml(buf, len, path, out);
-exit:
-  fclose(f);
+  char* buf = NULL;
+  size_t len = 0;
+  COMMCHECK(commTopoReadFile("topology file", path, XML_MAX_FILE, COMM_TOPO_FILE_READ_MS, &buf, &len));
+  commResult_t res = commTopoParseXml(buf, len, path, out);
   free(buf);
   return res;
 }

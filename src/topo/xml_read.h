@@ -9,7 +9,7 @@
 #include "xml_internal.h"
 
 #define XML_MAX_VALUE 1024
-#define XML_MAX_FILE ((size_t)256 << 20)
+#define XML_MAX_FILE COMM_TOPO_FILE_MAX_BYTES
 #define XML_MAX_HOST_NODES 1024 /* paths are cubic in a host's node count */
 #define XML_MAX_BW 1e6
 #define XML_MAX_ATTRS 9

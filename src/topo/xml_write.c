@@ -230,11 +230,8 @@ commResult_t commTopoDumpXml(const commTopo* topo, const char* path) {
     WARN("commTopoDumpXml: NULL path");
     return commInvalidArgument;
   }
-  FILE* f = fopen(path, "w");
-  if (f == NULL) {
-    WARN("cannot create topology file %s: %s", path, strerror(errno));
-    return commSystemError;
-  }
+  FILE* f = NULL;
+  COMMCHECK(commTopoCreateFile("topology file", path, &f));
   commResult_t res = commTopoWriteXml(topo, f);
   if (fclose(f) != 0 && res == commSuccess) {
     WARN("cannot write topology file %s: %s", path, strerror(errno));
