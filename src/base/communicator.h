@@ -99,24 +99,27 @@ struct commComm {
   commUserRedOp userOps[COMM_MAX_USER_REDOPS];
 
   /* State. abortFlag, inFlight, asyncError and failedPeer are accessed with atomics. */
-  int abortFlag;  /* COMM_ABORT_*: 0 while usable */
-  int failedPeer; /* the first peer a layer found dead or broken (commNotePeerFailure); -1: none */
-  int inFlight;   /* API calls currently inside the communicator */
-  int asyncError; /* commResult_t */
-  int initState;  /* commInitState_t */
+  int abortFlag;      /* COMM_ABORT_*: 0 while usable */
+  int bootstrapAbort; /* 1 on commAbort: the bootstrap's waits end (not on a peer's failure: commShrink) */
+  int failedPeer;     /* the first peer a layer found dead or broken (commNotePeerFailure); -1: none */
+  int inFlight;       /* API calls currently inside the communicator */
+  int asyncError;     /* commResult_t */
+  int initState;      /* commInitState_t */
   int finalized;
   pthread_t initThread;
   uint64_t opCount;   /* operations issued (collectives, point-to-point batches, splits), for log lines */
   uint64_t collCount; /* collectives issued: the sequence number every rank's signature of one carries */
-  /* Set once (peerFailureLock) when another rank reported a failure or this rank found one: who failed,
-   * who found it, the result and the reason, for every later error message of this communicator. */
-  pthread_mutex_t peerFailureLock;
+  /* errorLock guards lastError, closing and the peer failure: set once, when another rank reported a failure
+   * or this rank found one (who failed, who found it, the result and the reason), the cause every later
+   * error message of this communicator names (src/core/comm_error.c). */
+  pthread_mutex_t errorLock;
+  int closing; /* freeComm started: the bootstrap's thread no longer touches the executors */
   int peerFailureKnown;
   int peerFailureRank;     /* the rank that failed (-1 unknown) */
   int peerFailureReporter; /* the rank that found it */
   int peerFailureResult;   /* commResult_t */
   char peerFailureReason[256];
-  char lastError[256];
+  char lastError[256]; /* the root cause of the first failure (errorLock) */
 
   /* commSplit children keep a pointer to the config they were made with. */
   struct commComm* parent;

@@ -20,6 +20,7 @@ static char logHost[64];
 static pthread_mutex_t logLock = PTHREAD_MUTEX_INITIALIZER;
 static __thread int logRank = -1;
 static __thread char lastWarn[512];
+static __thread char firstWarn[512]; /* since the last commLogClearLastWarn */
 
 static const struct {
   const char* name;
@@ -114,7 +115,11 @@ void commLogReset(void) {
 
 void commLogSetRank(int rank) { logRank = rank; }
 const char* commLogLastWarn(void) { return lastWarn; }
-void commLogClearLastWarn(void) { lastWarn[0] = '\0'; }
+const char* commLogFirstWarn(void) { return firstWarn; }
+void commLogClearLastWarn(void) {
+  lastWarn[0] = '\0';
+  firstWarn[0] = '\0';
+}
 
 void commLog(commLogLevel_t level, unsigned long subsys, const char* file, int line, const char* fmt, ...) {
   if (commLogLevel < 0) commLogInit();
@@ -123,10 +128,12 @@ void commLog(commLogLevel_t level, unsigned long subsys, const char* file, int l
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  if (level == COMM_LOG_WARN) {
+  if (level == COMM_LOG_WARN || level == COMM_LOG_NOTICE) {
     size_t n = strnlen(msg, sizeof(lastWarn) - 1);
     memcpy(lastWarn, msg, n);
     lastWarn[n] = '\0';
+    if (level == COMM_LOG_WARN && firstWarn[0] == '\0') memcpy(firstWarn, lastWarn, n + 1);
+    level = COMM_LOG_WARN;
   }
   if ((int)level > commLogLevel || !(subsys & logSubsys)) return;
   const char* lname = level == COMM_LOG_WARN ? "WARN" : level == COMM_LOG_INFO ? "INFO" : "TRACE";

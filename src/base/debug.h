@@ -5,7 +5,14 @@
 #include <stdint.h>
 #include "comm.h"
 
-typedef enum { COMM_LOG_NONE = 0, COMM_LOG_WARN = 1, COMM_LOG_INFO = 2, COMM_LOG_TRACE = 3 } commLogLevel_t;
+/* COMM_LOG_NOTICE is not a verbosity: a WARN line that is not recorded as an error (WARN_NOTICE). */
+typedef enum {
+  COMM_LOG_NONE = 0,
+  COMM_LOG_WARN = 1,
+  COMM_LOG_INFO = 2,
+  COMM_LOG_TRACE = 3,
+  COMM_LOG_NOTICE = 4
+} commLogLevel_t;
 
 typedef enum {
   COMM_INIT = 1 << 0,
@@ -34,8 +41,10 @@ void commLog(commLogLevel_t level, unsigned long subsys, const char* file, int l
 
 /* The rank printed in log lines of this thread (-1: none). The API layer sets it on entry. */
 void commLogSetRank(int rank);
-/* The text of the last WARN issued by this thread ("" if none). */
+/* The text of the last WARN issued by this thread ("" if none), and of the first since the last clear: the
+ * API clears at entry, so the first is a failed call's cause and the last its outermost wrapper. */
 const char* commLogLastWarn(void);
+const char* commLogFirstWarn(void);
 void commLogClearLastWarn(void);
 
 #define COMM_LOG_ENABLED(level) \
@@ -43,6 +52,9 @@ void commLogClearLastWarn(void);
 
 /* WARN always records the message as the thread's last error, even when not printed. */
 #define WARN(...) commLog(COMM_LOG_WARN, COMM_ALLSUBSYS, __FILE__, __LINE__, __VA_ARGS__)
+/* A WARN line about something that is not an error (the call goes on: a fallback, an unsafe setting): printed
+ * as WARN and the thread's last WARN, never its first (the cause a failed call reports). */
+#define WARN_NOTICE(...) commLog(COMM_LOG_NOTICE, COMM_ALLSUBSYS, __FILE__, __LINE__, __VA_ARGS__)
 #define INFO(subsys, ...)                                                                                   \
   do {                                                                                                      \
     if (COMM_LOG_ENABLED(COMM_LOG_INFO)) commLog(COMM_LOG_INFO, (subsys), __FILE__, __LINE__, __VA_ARGS__); \

@@ -40,12 +40,13 @@ static int64_t paramNumber(const char* name, int64_t def, int64_t min, int64_t m
   if (s == NULL || *s == '\0') return def;
   int64_t v;
   if (parseInt(s, &v, allowSuffix) != 0) {
-    WARN("%s=%s is not %s; using the default %lld", name, s, allowSuffix ? "a size" : "an integer", (long long)def);
+    WARN_NOTICE("%s=%s is not %s; using the default %lld", name, s, allowSuffix ? "a size" : "an integer",
+                (long long)def);
     return def;
   }
   if (v < min || v > max) {
-    WARN("%s=%s is outside [%lld, %lld]; using the default %lld", name, s, (long long)min, (long long)max,
-         (long long)def);
+    WARN_NOTICE("%s=%s is outside [%lld, %lld]; using the default %lld", name, s, (long long)min, (long long)max,
+                (long long)def);
     return def;
   }
   INFO(COMM_ENV, "%s set by environment to %lld", name, (long long)v);

@@ -252,10 +252,10 @@ void bootDropFlush(bootDropStats* s, const char* listener, int force) {
   if (!force && now < bootDropNextNs(s)) return;
   int total = 0;
   for (int i = 0; i < BOOT_DROP_KINDS; i++) total += s->counts[i];
-  WARN("%s: dropped %d unauthenticated connections in the last %.1f s: %d silent, %d wrong secret, %d garbage, "
-       "%d closed early; last from %s",
-       listener, total, (double)(now - s->windowStartNs) / 1e9, s->counts[BOOT_DROP_SILENT], s->counts[BOOT_DROP_KEY],
-       s->counts[BOOT_DROP_GARBAGE], s->counts[BOOT_DROP_CLOSED], s->lastFrom);
+  WARN_NOTICE("%s: dropped %d unauthenticated connections in the last %.1f s: %d silent, %d wrong secret, %d garbage, "
+              "%d closed early; last from %s",
+              listener, total, (double)(now - s->windowStartNs) / 1e9, s->counts[BOOT_DROP_SILENT],
+              s->counts[BOOT_DROP_KEY], s->counts[BOOT_DROP_GARBAGE], s->counts[BOOT_DROP_CLOSED], s->lastFrom);
   memset(s, 0, sizeof(*s));
 }
 

@@ -99,9 +99,14 @@ static void freeBootstrap(commBootstrap* b) {
 }
 
 /* What a handshake that did not complete means, as a WARN and a result. `what` names the operation. */
-static commResult_t cliFailure(const commBootstrap* b, const bootCliConn* c, int peer, const char* what) {
+static commResult_t cliFailure(commBootstrap* b, const bootCliConn* c, int peer, const char* what) {
   char a[BOOT_ADDR_STR];
   commSocketAddrStr(&c->addr, a, sizeof(a));
+  if (c->fail == BOOT_FAIL_REFUSED || c->fail == BOOT_FAIL_TIMEOUT || c->fail == BOOT_FAIL_BROKEN ||
+      c->fail == BOOT_FAIL_DROPPED) {
+    int none = -1; /* the first rank found gone or silent, for the communicator's failure report */
+    __atomic_compare_exchange_n(&b->gonePeer, &none, peer, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  }
   switch (c->fail) {
     case BOOT_FAIL_REFUSED:
       WARN("rank %d: rank %d (%s) is gone: connection refused (%s)", b->rank, peer, a, what);
@@ -259,6 +264,7 @@ commResult_t bootstrapInit(const commUniqueId* id, int rank, int nranks, const c
   commResult_t res;
   COMMCHECK(commCalloc(&b, 1, sizeof(commBootstrap)));
   b->listenFd = -1;
+  b->gonePeer = -1;
   b->wakeFd[0] = b->wakeFd[1] = -1;
   b->rank = rank;
   b->nranks = nranks;
@@ -290,6 +296,8 @@ fail:
   freeBootstrap(b);
   return res;
 }
+
+int bootstrapGonePeer(commBootstrap* b) { return b != NULL ? __atomic_load_n(&b->gonePeer, __ATOMIC_ACQUIRE) : -1; }
 
 void bootstrapSetTimeout(commBootstrap* b, int64_t timeoutMs) {
   if (b != NULL) b->timeoutMs = timeoutMs;
@@ -339,7 +347,7 @@ commResult_t bootstrapReportFailure(commBootstrap* b, const commBootstrapFailure
   COMMCHECKGOTO(commCalloc(&cs, (size_t)b->nranks, sizeof(bootCliConn)), res, out);
   COMMCHECKGOTO(commCalloc(&peerOf, (size_t)b->nranks, sizeof(int)), res, out);
   for (int r = 0; r < b->nranks; r++) {
-    if (r == b->rank || r == f.culprit) continue;
+    if (r == b->rank) continue; /* the culprit too: it may be alive (mismatched calls, a skipped call) */
     bootCliConn* c = &cs[n];
     c->addr = b->peers[r];
     c->auth.type = BOOT_TYPE_FAILURE;
@@ -459,8 +467,21 @@ static void waitSlice(commBootstrap* b, int64_t deadlineNs) {
   pthread_cond_timedwait(&b->cv, &b->mu, &ts);
 }
 
+/* Is peer's process gone? Only a refused connection says so for sure (a slow or stopped one may still come). */
+static int peerRefuses(commBootstrap* b, int peer) {
+  bootCliConn c;
+  memset(&c, 0, sizeof(c));
+  c.addr = b->peers[peer];
+  c.auth.type = BOOT_TYPE_PING;
+  c.auth.rank = b->rank;
+  c.auth.nranks = b->nranks;
+  if (bootCliRun(&c, 1, b->key, commDeadlineNs(BOOT_LIVENESS_PROBE_MS), b->abortFlag, NULL, 0) != commSuccess) return 0;
+  return c.phase != BOOT_CLI_DONE && c.fail == BOOT_FAIL_REFUSED;
+}
+
 static commResult_t recvMsg(commBootstrap* b, int peer, int tag, void* data, size_t size, int64_t deadlineNs) {
   char what[64];
+  int64_t nextLivenessNs = commTimeNs() + BOOT_LIVENESS_MS * 1000000LL;
   pthread_mutex_lock(&b->mu);
   for (;;) {
     bootMsg* prev = NULL;
@@ -500,6 +521,21 @@ static commResult_t recvMsg(commBootstrap* b, int peer, int tag, void* data, siz
       WARN("rank %d: bootstrap recv from rank %d tag %d timed out after %lld ms", b->rank, peer, tag,
            (long long)b->timeoutMs);
       return commTimeout;
+    }
+    if (peer != b->rank && commTimeNs() >= nextLivenessNs) {
+      /* Waiting long for a peer: is its process still there? (A dead rank's message never comes.) */
+      pthread_mutex_unlock(&b->mu);
+      if (peerRefuses(b, peer)) {
+        int none = -1;
+        __atomic_compare_exchange_n(&b->gonePeer, &none, peer, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+        char a[BOOT_ADDR_STR];
+        WARN("rank %d: bootstrap recv from rank %d tag %d: rank %d (%s) is gone: connection refused", b->rank, peer,
+             tag, peer, commSocketAddrStr(&b->peers[peer], a, sizeof(a)));
+        return commRemoteError;
+      }
+      nextLivenessNs = commTimeNs() + BOOT_LIVENESS_MS * 1000000LL;
+      pthread_mutex_lock(&b->mu);
+      continue; /* the message may have come meanwhile */
     }
     waitSlice(b, deadlineNs);
   }

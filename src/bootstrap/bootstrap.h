@@ -52,7 +52,7 @@ commResult_t bootstrapBarrier(commBootstrap* b);
 /* Tagged messages; a recv matches (peer, tag) and keeps other arrivals for later. Sizes must match. */
 commResult_t bootstrapSend(commBootstrap* b, int peer, int tag, const void* data, size_t size);
 commResult_t bootstrapRecv(commBootstrap* b, int peer, int tag, void* data, size_t size);
-/* Tell every other rank (all but failure->culprit) of a failure. Best effort and bounded: returns within
+/* Tell every other rank of a failure (the culprit too: it may be alive, e.g. mismatched calls). Best effort and bounded: returns within
  * about a second whatever the peers do (a peer that is gone is skipped). */
 commResult_t bootstrapReportFailure(commBootstrap* b, const commBootstrapFailure* failure);
 /* Does rank's bootstrap still answer? commSuccess: it answered within timeoutMs; commRemoteError: it is gone
@@ -61,6 +61,9 @@ commResult_t bootstrapProbe(commBootstrap* b, int rank, int64_t timeoutMs);
 /* Later waits no longer end because of the failure notice taken so far (e.g. commShrink's survivors still talk
  * over the parent's bootstrap); onFailure is not called again, later notices are ignored. */
 void bootstrapClearFailure(commBootstrap* b);
+/* The first rank this bootstrap found gone (connection refused) or silent (no answer in time), -1 if none:
+ * the culprit of a failed init or finalize. */
+int bootstrapGonePeer(commBootstrap* b);
 /* Change the deadline used by later calls (e.g. the communicator's timeout after init). */
 void bootstrapSetTimeout(commBootstrap* b, int64_t timeoutMs);
 commResult_t bootstrapClose(commBootstrap* b);

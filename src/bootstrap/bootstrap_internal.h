@@ -53,6 +53,7 @@ struct commBootstrap {
   commSockAddr* peers; /* listen address of every rank */
   uint64_t* sendSeq;   /* messages sent to each peer */
   uint32_t collSeq;    /* collectives (allgather/barrier rounds) so far; the same on every rank */
+  int gonePeer;        /* the first peer a connection found gone or silent; -1 none (atomic) */
 
   /* The listener thread (listener.c) and what it shares with the callers, under mu. */
   pthread_t thread;
@@ -68,6 +69,11 @@ struct commBootstrap {
   int failureNotices; /* notices taken (only the first counts) */
   commBootstrapFailure failure;
 };
+
+/* A recv that waits this long for a peer checks that the peer's process is still there (a refused connection:
+ * gone), giving up on that check after BOOT_LIVENESS_PROBE_MS. */
+#define BOOT_LIVENESS_MS 300
+#define BOOT_LIVENESS_PROBE_MS 200
 
 static inline int64_t minDeadline(int64_t a, int64_t b) { return a < b ? a : b; }
 

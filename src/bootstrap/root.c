@@ -449,9 +449,10 @@ commResult_t bootstrapIdFromRootAddr(const char* hostport, commUniqueId* id, int
     static int warned = 0;
     bootPublicKey(key);
     if (__atomic_exchange_n(&warned, 1, __ATOMIC_ACQ_REL) == 0) {
-      WARN("COMM_ROOT=%s without COMM_ROOT_SECRET: this job's bootstrap is unauthenticated (anyone who can reach the "
-           "port can join or disrupt it); set COMM_ROOT_SECRET to the same random string on every rank",
-           hostport);
+      WARN_NOTICE(
+          "COMM_ROOT=%s without COMM_ROOT_SECRET: this job's bootstrap is unauthenticated (anyone who can reach the "
+          "port can join or disrupt it); set COMM_ROOT_SECRET to the same random string on every rank",
+          hostport);
     }
   }
   if (isRoot) {
@@ -464,8 +465,8 @@ commResult_t bootstrapIdFromRootAddr(const char* hostport, commUniqueId* id, int
         bindAddr.sin6.sin6_addr = in6addr_any;
         bindAddr.sin6.sin6_scope_id = 0;
       }
-      WARN("COMM_ROOT %s is not an address of this host: the root listens on %s instead", hostport,
-           commSocketAddrStr(&bindAddr, buf, sizeof(buf)));
+      WARN_NOTICE("COMM_ROOT %s is not an address of this host: the root listens on %s instead", hostport,
+                  commSocketAddrStr(&bindAddr, buf, sizeof(buf)));
     }
     int fd = -1;
     COMMCHECK(commSocketListen(&bindAddr, &fd));

@@ -77,22 +77,26 @@ commResult_t commCheckComm(comm_t comm, const char* api) {
   return res;
 }
 
-/* For calls that do not go through commApiEnter: keep the WARN just issued for commGetLastError(comm). */
-static commResult_t noteFailure(comm_t comm, commResult_t res) {
-  const char* w = commLogLastWarn();
-  if (res != commSuccess && w[0] != '\0') snprintf(comm->lastError, sizeof(comm->lastError), "%s", w);
+/* Checked live and counted in inFlight under the registry lock: destroyComm removes a communicator from the
+ * registry first and frees it only once inFlight is back to 0, so a call holding it never reads freed memory
+ * (a watchdog thread polling commGetAsyncError while another thread runs commAbort). */
+commResult_t commRetain(comm_t comm, const char* api) {
+  pthread_mutex_lock(&registryLock);
+  commResult_t res = checkLiveLocked(comm, api);
+  if (res == commSuccess) __atomic_fetch_add(&comm->inFlight, 1, __ATOMIC_ACQ_REL);
+  pthread_mutex_unlock(&registryLock);
   return res;
 }
+
+void commRelease(comm_t comm) { __atomic_fetch_sub(&comm->inFlight, 1, __ATOMIC_ACQ_REL); }
 
 /* commApiEnter; allowError: an earlier asynchronous error does not refuse the call (commShrink, whose purpose
  * is to go on after a failure). */
 static commResult_t apiEnter(comm_t comm, const char* api, int allowError) {
   commLogClearLastWarn();
-  pthread_mutex_lock(&registryLock);
-  commResult_t res = checkLiveLocked(comm, api);
-  if (res == commSuccess) __atomic_fetch_add(&comm->inFlight, 1, __ATOMIC_ACQ_REL);
-  pthread_mutex_unlock(&registryLock);
+  commResult_t res = commRetain(comm, api);
   if (res != commSuccess) return res;
+  int earlierError = 0;
   commLogSetRank(comm->rank);
   int state = __atomic_load_n(&comm->initState, __ATOMIC_ACQUIRE);
   if (state != COMM_INIT_DONE) {
@@ -102,35 +106,35 @@ static commResult_t apiEnter(comm_t comm, const char* api, int allowError) {
   } else if (comm->finalized) {
     WARN("%s: communicator was finalized", api);
     res = commInvalidUsage;
-  } else if (commAborted(comm)) {
+  } else if (commAborted(comm) == COMM_ABORT_USER) {
     WARN("%s: communicator was aborted", api);
     res = commInvalidUsage;
   } else if (!allowError) {
     int err = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
     if (err != commSuccess && err != commInProgress) {
+      char cause[sizeof(comm->lastError)];
+      pthread_mutex_lock(&comm->errorLock);
+      snprintf(cause, sizeof(cause), "%s", comm->lastError);
+      pthread_mutex_unlock(&comm->errorLock);
       WARN("%s: communicator has an earlier error (%s: %s); abort or destroy it", api,
-           commGetErrorString((commResult_t)err), comm->lastError);
+           commGetErrorString((commResult_t)err), cause);
       res = (commResult_t)err;
+      earlierError = 1; /* the record keeps that cause rather than this refusal */
     }
   }
-  if (res != commSuccess) commApiLeave(comm);
+  if (res != commSuccess) {
+    if (earlierError) commLogClearLastWarn();
+    commApiLeave(comm);
+  }
   return res;
 }
 commResult_t commApiEnter(comm_t comm, const char* api) { return apiEnter(comm, api, 0); }
 commResult_t commApiEnterAfterError(comm_t comm, const char* api) { return apiEnter(comm, api, 1); }
 
 void commApiLeave(comm_t comm) {
-  const char* w = commLogLastWarn();
-  if (w[0] != '\0') snprintf(comm->lastError, sizeof(comm->lastError), "%s", w);
-  __atomic_fetch_sub(&comm->inFlight, 1, __ATOMIC_ACQ_REL);
+  commRecordError(comm, commLogFirstWarn());
+  commRelease(comm);
   commLogSetRank(-1);
-}
-
-void commSetAsyncError(comm_t comm, commResult_t res) {
-  int expected = commSuccess;
-  __atomic_compare_exchange_n(&comm->asyncError, &expected, (int)res, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-  const char* w = commLogLastWarn();
-  if (w[0] != '\0') snprintf(comm->lastError, sizeof(comm->lastError), "%s", w);
 }
 
 /* ---- Version and errors ---- */
@@ -143,11 +147,6 @@ COMM_API commResult_t commGetVersion(int* version) {
   return commSuccess;
 }
 
-COMM_API const char* commGetLastError(comm_t comm) {
-  if (comm != NULL && commCheckComm(comm, "commGetLastError") == commSuccess && comm->lastError[0] != '\0')
-    return comm->lastError;
-  return commLogLastWarn();
-}
 
 /* ---- Init ---- */
 typedef struct {
@@ -258,7 +257,9 @@ static commResult_t connectRings(struct commComm* comm) {
 static commResult_t initBody(struct commComm* comm, const commUniqueId* id) {
   commResult_t res = commSuccess;
   commLogSetRank(comm->rank);
-  commBootstrapOpts opts = {.timeoutMs = comm->timeoutMs, .abortFlag = &comm->abortFlag};
+  /* The bootstrap ends its waits on commAbort only: after a peer's failure it still serves commShrink. */
+  commBootstrapOpts opts = {.timeoutMs = comm->timeoutMs, .abortFlag = &comm->bootstrapAbort};
+  commErrorBootstrapOpts(comm, &opts);
   COMMCHECK(bootstrapInit(id, comm->rank, comm->nRanks, &opts, &comm->bootstrap));
   COMMCHECK(commCalloc(&comm->peers, (size_t)comm->nRanks, sizeof(commPeerInfo)));
   int64_t topoStart = commTimeNs();
@@ -286,7 +287,7 @@ static commResult_t initBody(struct commComm* comm, const commUniqueId* id) {
   if (comm->rank == 0) commTopoLogMachine();
   int64_t placeStart = commTimeNs();
   COMMCHECK(commPlacementSetup(comm));
-  if (commPlacementDump(comm) != commSuccess) WARN("COMM_TOPO_DUMP_FILE not written (see above); init goes on");
+  if (commPlacementDump(comm) != commSuccess) WARN_NOTICE("COMM_TOPO_DUMP_FILE not written (see above); init goes on");
   INFO(COMM_TOPO | COMM_INIT, "topology: %s in %.2f ms, placement and ring order in %.2f ms (with one exchange)",
        commParamStr("COMM_TOPO_FILE", NULL) ? "loaded" : "discovered", (topoLoaded - topoStart) / 1e6,
        (commTimeNs() - placeStart) / 1e6);
@@ -319,7 +320,8 @@ static int idIsZero(const commUniqueId* id) {
 }
 
 static void freeComm(struct commComm* comm) {
-  commDevFree(comm); /* waits for this comm's kernels (ended by now, aborted, or timing out) */
+  commErrorClosing(comm); /* the bootstrap's thread leaves the executors alone from here on */
+  commDevFree(comm);      /* waits for this comm's kernels (ended by now, aborted, or timing out) */
   commTransportCloseAll(comm);
   commTransportFinalize(comm);
   commTunerFree(comm);
@@ -339,7 +341,7 @@ static void freeComm(struct commComm* comm) {
   free(comm->rankNode);
   free(comm->scratch);
   comm->magic = COMM_MAGIC_DEAD;
-  pthread_mutex_destroy(&comm->peerFailureLock);
+  pthread_mutex_destroy(&comm->errorLock);
   free(comm);
 }
 
@@ -351,8 +353,8 @@ commResult_t commCheckConfig(const commConfig_t* config) {
     return commInvalidArgument;
   }
   if (config->size > sizeof(commConfig_t)) {
-    WARN("commConfig_t of size %zu is newer than this library (%zu); extra fields are ignored", config->size,
-         sizeof(commConfig_t));
+    WARN_NOTICE("commConfig_t of size %zu is newer than this library (%zu); extra fields are ignored", config->size,
+                sizeof(commConfig_t));
   }
   if (config->blocking != COMM_CONFIG_UNDEF_INT && config->blocking != 0 && config->blocking != 1) {
     WARN("commConfig_t.blocking must be 0 or 1, not %d", config->blocking);
@@ -428,7 +430,7 @@ COMM_API commResult_t commInitRankConfig(comm_t* newcomm, int nranks, commUnique
   COMMCHECK(commCalloc(&comm, 1, sizeof(*comm)));
   comm->magic = COMM_MAGIC_ALIVE;
   comm->failedPeer = -1;
-  pthread_mutex_init(&comm->peerFailureLock, NULL);
+  pthread_mutex_init(&comm->errorLock, NULL);
   comm->rank = rank;
   comm->nRanks = nranks;
   /* The device this rank uses, as NCCL binds a communicator to the caller's current device: it places the
@@ -475,6 +477,7 @@ COMM_API commResult_t commInitRankConfig(comm_t* newcomm, int nranks, commUnique
   commLogSetRank(-1);
   return commSuccess;
 failRegistered:
+  commSetAsyncError(comm, res); /* ranks still in init hear who failed now, not at their timeout */
   registryRemove(comm);
 fail:
   WARN("commInitRank: rank %d of %d failed: %s", rank, nranks, commGetErrorString(res));
@@ -623,6 +626,41 @@ static commResult_t deferredFinalize(void* p) {
   return res;
 }
 
+static commResult_t finalizeHeld(comm_t comm) {
+  if (__atomic_load_n(&comm->initState, __ATOMIC_ACQUIRE) == COMM_INIT_RUNNING) {
+    WARN("commFinalize: initialisation still in progress");
+    return commNoteCallError(comm, commInvalidUsage);
+  }
+  if (comm->finalized) {
+    WARN("commFinalize: communicator already finalized");
+    return commNoteCallError(comm, commInvalidUsage);
+  }
+  /* Operations on device buffers finish first (a kernel ends on abort or timeout too). */
+  commResult_t res = commDevSync(comm);
+  if (res != commSuccess) {
+    commSetAsyncError(comm, res);
+    WARN("commFinalize: rank %d: operations on device buffers failed", comm->rank);
+  }
+  int earlier = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
+  if (res == commSuccess && earlier != commSuccess) {
+    /* No barrier with ranks that may be gone; the caller learns that the communicator had failed. */
+    WARN("commFinalize: rank %d: the communicator has an earlier error (%s)", comm->rank,
+         commGetErrorString((commResult_t)earlier));
+    res = (commResult_t)earlier;
+  }
+  if (res == commSuccess && comm->initState == COMM_INIT_DONE && comm->bootstrap != NULL) {
+    /* Every rank is past its last operation before connections close. */
+    res = bootstrapBarrier(comm->bootstrap);
+    if (res != commSuccess) {
+      WARN("commFinalize: rank %d: barrier with the other ranks failed", comm->rank);
+      commSetAsyncError(comm, res); /* the ranks still in the barrier hear of it now */
+    }
+  }
+  commTransportCloseAll(comm);
+  comm->finalized = 1;
+  return commNoteCallError(comm, res);
+}
+
 COMM_API commResult_t commFinalize(comm_t comm) {
   commLogClearLastWarn();
   COMMCHECK(commCheckComm(comm, "commFinalize"));
@@ -631,29 +669,10 @@ COMM_API commResult_t commFinalize(comm_t comm) {
     commDeferredCall call = {NULL, 0, 0, {{0}}, comm, 0, 0, 0, COMM_CONFIG_INITIALIZER};
     return commDeferCall(&call, deferredFinalize, 1);
   }
-  if (__atomic_load_n(&comm->initState, __ATOMIC_ACQUIRE) == COMM_INIT_RUNNING) {
-    WARN("commFinalize: initialisation still in progress");
-    return noteFailure(comm, commInvalidUsage);
-  }
-  if (comm->finalized) {
-    WARN("commFinalize: communicator already finalized");
-    return noteFailure(comm, commInvalidUsage);
-  }
-  /* Operations on device buffers finish first (a kernel ends on abort or timeout too). */
-  commResult_t res = commDevSync(comm);
-  if (res != commSuccess) {
-    commSetAsyncError(comm, res);
-    WARN("commFinalize: rank %d: operations on device buffers failed", comm->rank);
-  }
-  if (res == commSuccess && comm->initState == COMM_INIT_DONE && comm->asyncError == commSuccess &&
-      comm->bootstrap != NULL) {
-    /* Every rank is past its last operation before connections close. */
-    res = bootstrapBarrier(comm->bootstrap);
-    if (res != commSuccess) WARN("commFinalize: rank %d: barrier with the other ranks failed", comm->rank);
-  }
-  commTransportCloseAll(comm);
-  comm->finalized = 1;
-  return noteFailure(comm, res);
+  COMMCHECK(commRetain(comm, "commFinalize"));
+  commResult_t res = finalizeHeld(comm);
+  commRelease(comm);
+  return res;
 }
 
 static commResult_t destroyComm(comm_t comm, const char* api, int abort) {
@@ -663,6 +682,7 @@ static commResult_t destroyComm(comm_t comm, const char* api, int abort) {
   }
   if (abort) {
     __atomic_store_n(&comm->abortFlag, COMM_ABORT_USER, __ATOMIC_RELEASE);
+    __atomic_store_n(&comm->bootstrapAbort, 1, __ATOMIC_RELEASE);
     commDevAbort(comm); /* kernels of this comm see it and end */
   }
   /* Wait for calls still inside the communicator (they see the abort flag and leave). */
@@ -687,53 +707,46 @@ COMM_API commResult_t commAbort(comm_t comm) {
   return destroyComm(comm, "commAbort", 1);
 }
 
-COMM_API commResult_t commGetAsyncError(comm_t comm, commResult_t* asyncError) {
-  commLogClearLastWarn();
-  COMMCHECK(commCheckComm(comm, "commGetAsyncError"));
-  if (asyncError == NULL) {
-    WARN("commGetAsyncError: asyncError is NULL");
-    return noteFailure(comm, commInvalidArgument);
-  }
-  int state = __atomic_load_n(&comm->initState, __ATOMIC_ACQUIRE);
-  if (state == COMM_INIT_DONE) { /* failures kernels reported */
-    commResult_t devError = commDevPollError(comm);
-    if (devError != commSuccess) commSetAsyncError(comm, devError);
-  }
-  if (state == COMM_INIT_RUNNING) *asyncError = commInProgress;
-  else *asyncError = (commResult_t)__atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
-  return commSuccess;
-}
 
 /* ---- Queries ---- */
 COMM_API commResult_t commCount(const comm_t comm, int* count) {
   commLogClearLastWarn();
-  COMMCHECK(commCheckComm(comm, "commCount"));
+  COMMCHECK(commRetain(comm, "commCount"));
+  commResult_t res = commSuccess;
   if (count == NULL) {
     WARN("commCount: count is NULL");
-    return noteFailure(comm, commInvalidArgument);
+    res = commNoteCallError(comm, commInvalidArgument);
+  } else {
+    *count = comm->nRanks;
   }
-  *count = comm->nRanks;
-  return commSuccess;
+  commRelease(comm);
+  return res;
 }
 
 COMM_API commResult_t commUserRank(const comm_t comm, int* rank) {
   commLogClearLastWarn();
-  COMMCHECK(commCheckComm(comm, "commUserRank"));
+  COMMCHECK(commRetain(comm, "commUserRank"));
+  commResult_t res = commSuccess;
   if (rank == NULL) {
     WARN("commUserRank: rank is NULL");
-    return noteFailure(comm, commInvalidArgument);
+    res = commNoteCallError(comm, commInvalidArgument);
+  } else {
+    *rank = comm->rank;
   }
-  *rank = comm->rank;
-  return commSuccess;
+  commRelease(comm);
+  return res;
 }
 
 COMM_API commResult_t commCuDevice(const comm_t comm, int* device) {
   commLogClearLastWarn();
-  COMMCHECK(commCheckComm(comm, "commCuDevice"));
+  COMMCHECK(commRetain(comm, "commCuDevice"));
+  commResult_t res = commSuccess;
   if (device == NULL) {
     WARN("commCuDevice: device is NULL");
-    return noteFailure(comm, commInvalidArgument);
+    res = commNoteCallError(comm, commInvalidArgument);
+  } else {
+    *device = comm->cudaDev;
   }
-  *device = comm->cudaDev;
-  return commSuccess;
+  commRelease(comm);
+  return res;
 }

@@ -145,6 +145,8 @@ COMM_API commResult_t commShrink(comm_t comm, const int* excludeRanks, int nExcl
     INFO(COMM_INIT, "commShrink: rank %d stopped the parent's device operations (%s)", comm->rank,
          commGetErrorString(stopped));
   }
+  /* A failure notice (the reason to shrink) no longer ends the parent bootstrap's waits: the survivors talk. */
+  if (comm->bootstrap != NULL) bootstrapClearFailure(comm->bootstrap);
   COMMCHECKGOTO(commCalloc(&excl, (size_t)(nExclude > 0 ? nExclude : 1), sizeof(int)), res, out);
   if (nExclude > 0) memcpy(excl, excludeRanks, (size_t)nExclude * sizeof(int));
   qsort(excl, (size_t)nExclude, sizeof(int), intCompare);

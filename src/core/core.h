@@ -19,7 +19,23 @@
 /* src/core/comm.c */
 /* Validate a communicator handle at API entry: NULL, destroyed or not yet initialised -> error + WARN. */
 commResult_t commCheckComm(comm_t comm, const char* api);
+/* The same check, and the communicator held for the duration of a call (commRelease when done): destroy and
+ * abort from another thread wait for it. */
+commResult_t commRetain(comm_t comm, const char* api);
+void commRelease(comm_t comm);
+
+/* src/core/comm_error.c: the communicator's error record and failures that travel between ranks. */
+/* An operation failed: the first error is kept (commGetAsyncError) with its cause (the thread's first WARN
+ * since the call began), and every other rank is told (unless the failure came from one of them). */
 void commSetAsyncError(comm_t comm, commResult_t res);
+/* Keep text as the cause commGetLastError(comm) reports (unless a peer's failure is known: that stays). */
+void commRecordError(comm_t comm, const char* text);
+/* For calls outside commApiEnter/Leave: record the call's cause when res is an error; returns res. */
+commResult_t commNoteCallError(comm_t comm, commResult_t res);
+/* Init: the bootstrap tells this communicator of other ranks' failures. */
+void commErrorBootstrapOpts(struct commComm* comm, commBootstrapOpts* opts);
+/* Destroy: from here on a failure report no longer touches the executors. */
+void commErrorClosing(struct commComm* comm);
 
 /* Allocate channel c's tables (and ring order) if it has none yet. */
 commResult_t commChannelEnsure(struct commComm* comm, int c);

@@ -562,10 +562,10 @@ commResult_t commTopoDiscover(commTopo** out) {
   COMMCHECKGOTO(discNvlinks(&st, gpuNode), res, fail);
 
   if (st.nPciDefault)
-    WARN("topology: PCI link speed unknown for %d device(s); assuming %.1f GB/s (PCIe gen3 x16)", st.nPciDefault,
-         DEFAULT_PCI_BW);
+    WARN_NOTICE("topology: PCI link speed unknown for %d device(s); assuming %.1f GB/s (PCIe gen3 x16)", st.nPciDefault,
+                DEFAULT_PCI_BW);
   if (st.nNetDefault)
-    WARN("topology: network speed unknown for %d NIC(s); assuming %d Mb/s", st.nNetDefault, DEFAULT_NET_MBPS);
+    WARN_NOTICE("topology: network speed unknown for %d NIC(s); assuming %d Mb/s", st.nNetDefault, DEFAULT_NET_MBPS);
 
   COMMCHECKGOTO(commTopoFinish(st.topo), res, fail);
   const commTopoHost* h = &st.topo->hosts[0];

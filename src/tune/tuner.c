@@ -82,9 +82,9 @@ static void parseItem(const char* var, int isAlgo, const char* s, const char* e,
     if (ns < ne) {
       int i = lookup(keys, nKeys, ns, (size_t)(ne - ns));
       if (i < 0) {
-        WARN("%s: unknown %s '%.*s': ignored", var, isAlgo ? "algorithm" : "protocol", (int)(ne - ns), ns);
+        WARN_NOTICE("%s: unknown %s '%.*s': ignored", var, isAlgo ? "algorithm" : "protocol", (int)(ne - ns), ns);
       } else if (func >= 0 && !supports(isAlgo, i, func)) {
-        WARN("%s: %s does not implement %s: ignored", var, nameOf(i), commFuncName((commFunc_t)func));
+        WARN_NOTICE("%s: %s does not implement %s: ignored", var, nameOf(i), commFuncName((commFunc_t)func));
       } else {
         listed |= 1u << i;
       }
@@ -100,8 +100,8 @@ static void parseItem(const char* var, int isAlgo, const char* s, const char* e,
     if (mine == 0) continue; /* a global item naming nothing f can run leaves f alone */
     uint32_t next = exclude ? allow[f] & ~mine : mine;
     if (next == 0) {
-      WARN("%s: '%s' leaves %s nothing to run: ignored for it", var, exclude ? "exclusion" : "choice",
-           commFuncName((commFunc_t)f));
+      WARN_NOTICE("%s: '%s' leaves %s nothing to run: ignored for it", var, exclude ? "exclusion" : "choice",
+                  commFuncName((commFunc_t)f));
       continue;
     }
     allow[f] = next;

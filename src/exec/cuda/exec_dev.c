@@ -59,7 +59,7 @@ static commResult_t stateCreate(commComm* comm) {
   CUDACHECKGOTO(cudaStreamSynchronize(s->stream), res, fail);
   commDevKernelInfo ki = {0, 0, 0, 0, 0};
   CUDACHECKGOTO((cudaError_t)commDevLoadKernels(&ki), res, fail);
-  comm->dev = s;
+  __atomic_store_n(&comm->dev, s, __ATOMIC_RELEASE); /* commDevAbort may read it from another thread */
   INFO(COMM_INIT,
        "rank %d: CUDA executor on device %d: own stream, %d threads per channel; the kernel uses %d "
        "registers and %d bytes of local memory per thread, %d SMs hold %d blocks each (%d of %d threads)",
@@ -131,7 +131,7 @@ commResult_t commDevSync(commComm* comm) {
 }
 
 void commDevAbort(commComm* comm) {
-  commDevState* s = comm->dev;
+  commDevState* s = __atomic_load_n(&comm->dev, __ATOMIC_ACQUIRE);
   if (s == NULL) return;
   *s->abortFlag = 1;
   __atomic_thread_fence(__ATOMIC_SEQ_CST);

@@ -1,0 +1,197 @@
+/* A communicator's errors: what commGetLastError and commGetAsyncError report, and failures that travel.
+ *
+ * Last error: the root cause, once. A call's first WARN is its cause (the ones after it wrap it: "init
+ * failed", "operation failed"), so the record keeps the first WARN of the call that failed, and a call
+ * refused because of an earlier error does not replace it.
+ *
+ * Failures travel: when an operation fails on this rank (a peer died, a timeout, mismatched calls), the rank
+ * tells every other rank through the bootstrap (bootstrapReportFailure), naming the rank that failed: the
+ * peer a layer found dead (comm->failedPeer), or, after a timeout, the rank that no longer answers a probe.
+ * A rank told so (onPeerFailure, on the bootstrap's thread) records it, sets the abort flag to
+ * COMM_ABORT_PEER_FAILED so that every wait of every layer ends, and every later error message of the
+ * communicator names that rank. A failure a rank was told of is not reported again. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bootstrap.h"
+#include "core.h"
+#include "debug.h"
+#include "enqueue.h"
+#include "exec_dev.h"
+
+/* How long a probe waits for a rank's bootstrap to answer (a timeout's culprit search). */
+#define COMM_PROBE_TIMEOUT_MS 300
+
+/* text into dst[n], cut short if it must be. */
+static void copyText(char* dst, size_t n, const char* text) {
+  size_t len = 0;
+  while (len + 1 < n && text[len] != '\0') len++;
+  memcpy(dst, text, len);
+  dst[len] = '\0';
+}
+
+/* The record commGetLastError returns; caller holds errorLock. */
+static void recordLocked(struct commComm* comm, const char* text) {
+  if (comm->peerFailureKnown) return; /* a peer's failure is the cause of everything after it */
+  copyText(comm->lastError, sizeof(comm->lastError), text);
+}
+
+void commRecordError(comm_t comm, const char* text) {
+  if (text == NULL || text[0] == '\0') return;
+  pthread_mutex_lock(&comm->errorLock);
+  recordLocked(comm, text);
+  pthread_mutex_unlock(&comm->errorLock);
+}
+
+/* Record a failure of rank `culprit` found by `reporter`; 1 if it is the first this communicator knows of. */
+static int notePeerFailure(struct commComm* comm, int culprit, int reporter, int result, const char* reason) {
+  pthread_mutex_lock(&comm->errorLock);
+  int first = !comm->peerFailureKnown;
+  if (first) {
+    comm->peerFailureRank = culprit;
+    comm->peerFailureReporter = reporter;
+    comm->peerFailureResult = result;
+    copyText(comm->peerFailureReason, sizeof(comm->peerFailureReason), reason);
+    if (reporter == comm->rank) {
+      copyText(comm->lastError, sizeof(comm->lastError), reason);
+    } else if (culprit >= 0) {
+      snprintf(comm->lastError, sizeof(comm->lastError), "rank %d failed (reported by rank %d): %.200s", culprit,
+               reporter, reason);
+    } else {
+      snprintf(comm->lastError, sizeof(comm->lastError), "rank %d reported a failure: %.200s", reporter, reason);
+    }
+    comm->peerFailureKnown = 1;
+  }
+  pthread_mutex_unlock(&comm->errorLock);
+  return first;
+}
+
+/* The bootstrap's thread: another rank reports a failure. */
+static void onPeerFailure(void* arg, const commBootstrapFailure* f) {
+  struct commComm* comm = (struct commComm*)arg;
+  char reason[sizeof(f->reason) + 1];
+  snprintf(reason, sizeof(reason), "%.*s", (int)sizeof(f->reason), f->reason);
+  if (!notePeerFailure(comm, f->culprit, f->reporter, f->result, reason)) return;
+  int expected = commSuccess;
+  __atomic_compare_exchange_n(&comm->asyncError, &expected, (int)commRemoteError, 0, __ATOMIC_ACQ_REL,
+                              __ATOMIC_ACQUIRE);
+  expected = COMM_ABORT_NONE;
+  __atomic_compare_exchange_n(&comm->abortFlag, &expected, COMM_ABORT_PEER_FAILED, 0, __ATOMIC_ACQ_REL,
+                              __ATOMIC_ACQUIRE);
+  pthread_mutex_lock(&comm->errorLock);
+  if (!comm->closing) commDevAbort(comm); /* kernels waiting on the failed rank end too */
+  pthread_mutex_unlock(&comm->errorLock);
+  commLogSetRank(comm->rank);
+  if (f->culprit >= 0) {
+    WARN("rank %d: rank %d failed (reported by rank %d): %s; this communicator's operations end with "
+         "commRemoteError",
+         comm->rank, f->culprit, f->reporter, reason);
+  } else {
+    WARN("rank %d: rank %d reported a failure: %s; this communicator's operations end with commRemoteError", comm->rank,
+         f->reporter, reason);
+  }
+}
+
+void commErrorBootstrapOpts(struct commComm* comm, commBootstrapOpts* opts) {
+  opts->onFailure = onPeerFailure;
+  opts->failureArg = comm;
+}
+
+void commErrorClosing(struct commComm* comm) {
+  pthread_mutex_lock(&comm->errorLock);
+  comm->closing = 1;
+  pthread_mutex_unlock(&comm->errorLock);
+}
+
+/* After a timeout: the first rank whose bootstrap no longer answers (stopped, hung, gone), -1 if all do. */
+static int findUnresponsive(struct commComm* comm) {
+  for (int i = 1; i < comm->nRanks; i++) {
+    int r = (comm->rank + i) % comm->nRanks;
+    if (bootstrapProbe(comm->bootstrap, r, COMM_PROBE_TIMEOUT_MS) != commSuccess) return r;
+  }
+  return -1;
+}
+
+/* An operation (or init after the rendezvous, or finalize) failed on this rank: tell every other rank, once,
+ * unless the failure came from one of them. */
+static void reportFailure(struct commComm* comm, commResult_t res, const char* cause) {
+  int abortState = commAborted(comm);
+  /* No bootstrap yet (the rendezvous failed): the root told every rank already. */
+  if (abortState == COMM_ABORT_PEER_FAILED || comm->bootstrap == NULL || comm->nRanks < 2) return;
+  int culprit = __atomic_load_n(&comm->failedPeer, __ATOMIC_ACQUIRE);
+  if (culprit < 0) culprit = bootstrapGonePeer(comm->bootstrap); /* init or finalize: a rank that is gone */
+  char reason[192];
+  if (abortState == COMM_ABORT_USER) {
+    culprit = comm->rank;
+    snprintf(reason, sizeof(reason), "rank %d aborted its communicator during an operation", comm->rank);
+  } else {
+    if (culprit < 0 && res == commTimeout) culprit = findUnresponsive(comm);
+    if (res == commTimeout && culprit >= 0) {
+      snprintf(reason, sizeof(reason), "rank %d does not answer (stopped or hung): %.130s", culprit, cause);
+    } else if (res == commTimeout) {
+      snprintf(reason, sizeof(reason), "every rank still answers, so a rank did not make the call: %.120s", cause);
+    } else {
+      copyText(reason, sizeof(reason), cause);
+    }
+  }
+  if (!notePeerFailure(comm, culprit, comm->rank, res, reason)) return;
+  commBootstrapFailure f;
+  memset(&f, 0, sizeof(f));
+  f.culprit = culprit;
+  f.reporter = comm->rank;
+  f.result = res;
+  copyText(f.reason, sizeof(f.reason), reason);
+  if (bootstrapReportFailure(comm->bootstrap, &f) != commSuccess) {
+    WARN_NOTICE("rank %d: could not tell every rank of the failure (see above)", comm->rank);
+  }
+}
+
+void commSetAsyncError(comm_t comm, commResult_t res) {
+  int expected = commSuccess;
+  if (!__atomic_compare_exchange_n(&comm->asyncError, &expected, (int)res, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return; /* the first error is the cause */
+  char cause[512];
+  copyText(cause, sizeof(cause), commLogFirstWarn());
+  commRecordError(comm, cause);
+  if (res != commSuccess && res != commInProgress) reportFailure(comm, res, cause);
+}
+
+/* For calls that do not go through commApiEnter: keep the WARN just issued for commGetLastError(comm). */
+commResult_t commNoteCallError(comm_t comm, commResult_t res) {
+  if (res != commSuccess) commRecordError(comm, commLogFirstWarn());
+  return res;
+}
+
+COMM_API const char* commGetLastError(comm_t comm) {
+  /* A copy per thread: the record may change (another thread's failure) while the caller reads it. */
+  static __thread char copy[sizeof(((struct commComm*)0)->lastError)];
+  /* No communicator (a failed init): this thread's cause, the first WARN of its last call. */
+  if (comm == NULL) return commLogFirstWarn()[0] != '\0' ? commLogFirstWarn() : commLogLastWarn();
+  if (commRetain(comm, "commGetLastError") != commSuccess) return commLogLastWarn();
+  pthread_mutex_lock(&comm->errorLock);
+  copyText(copy, sizeof(copy), comm->lastError);
+  pthread_mutex_unlock(&comm->errorLock);
+  commRelease(comm);
+  return copy[0] != '\0' ? copy : commLogLastWarn();
+}
+
+COMM_API commResult_t commGetAsyncError(comm_t comm, commResult_t* asyncError) {
+  commLogClearLastWarn();
+  COMMCHECK(commRetain(comm, "commGetAsyncError"));
+  commResult_t res = commSuccess;
+  if (asyncError == NULL) {
+    WARN("commGetAsyncError: asyncError is NULL");
+    res = commNoteCallError(comm, commInvalidArgument);
+  } else {
+    int state = __atomic_load_n(&comm->initState, __ATOMIC_ACQUIRE);
+    if (state == COMM_INIT_DONE) { /* failures kernels reported */
+      commResult_t devError = commDevPollError(comm);
+      if (devError != commSuccess) commSetAsyncError(comm, devError);
+    }
+    if (state == COMM_INIT_RUNNING) *asyncError = commInProgress;
+    else *asyncError = (commResult_t)__atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
+  }
+  commRelease(comm);
+  return res;
+}
