@@ -51,6 +51,11 @@ static commResult_t checkPtr(const apiDesc* d, const void* p, const char* name, 
     WARN("%s: %s is NULL", d->api, name);
     return commInvalidArgument;
   }
+  if ((uintptr_t)p > UINTPTR_MAX - bytes) {
+    WARN("%s: %s %p plus the %zu bytes the count needs runs past the end of the address space (count too large)",
+         d->api, name, p, bytes);
+    return commInvalidArgument;
+  }
   *ordinal = commDevicePointerOrdinal(p);
   return commSuccess;
 }
@@ -195,6 +200,8 @@ static commResult_t enqueueChecked(const apiDesc* d, const void* sendbuff, void*
   task.root = root;
   task.onDevice = onDevice;
   task.stream = stream;
+  /* Every rank numbers its collectives alike, whichever path runs them (the signature carries it). */
+  if (!d->isP2p) task.collSeq = comm->collCount++;
   res = commEnqueue(&task);
 out:
   return res;

@@ -16,6 +16,7 @@ typedef struct commTask {
   commDataType_t dtype;
   commRedOp_t op;
   int root;              /* collectives: root; p2p: peer */
+  uint64_t collSeq;      /* collectives: the communicator's collective sequence number (commComm.collCount) */
   commRedOpArgs redop;   /* resolved at enqueue time */
   const void* devScalar; /* a PREMULSUM scalar in device memory (device buffers), else NULL */
   int onDevice;          /* the buffers are device memory (checked at the API) */

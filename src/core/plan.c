@@ -70,6 +70,15 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
   plan->nStreams = 1;
   plan->streams[0] = t->stream;
   plan->devScalar = t->devScalar;
+  plan->sig.magic = COMM_SIG_MAGIC;
+  plan->sig.func = (uint8_t)t->func;
+  plan->sig.op = !isReductionFunc(t->func) ? COMM_SIG_OP_NONE
+                 : (int)t->op < commNumOps ? (uint8_t)t->op
+                                           : COMM_SIG_OP_USER;
+  plan->sig.dtype = (uint8_t)t->dtype;
+  plan->sig.root = t->func == commFuncBroadcast || t->func == commFuncReduce ? t->root : -1;
+  plan->sig.count = t->count;
+  plan->sig.seq = t->collSeq;
 
   commTuneChoice choice;
   if (plan->onDevice) COMMCHECKGOTO(commTuneChooseDevice(comm, t->func, t->count, plan->eltSize, &choice), res, fail);
@@ -89,10 +98,14 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
   plan->devProto = choice.proto;
   /* A send step carries at most the protocol's step size, and never more than half the FIFO, so that
    * neighbours sending to each other never block. */
-  size_t slotBytes = plan->onDevice && plan->devProto == commProtoLL ? COMM_DEV_LL_PIECE : comm->slotBytes;
-  size_t fifoHalf = (size_t)(comm->nSlots / 2) * (slotBytes / plan->eltSize); /* LL slots carry less */
+  size_t slotBytes = !plan->onDevice                 ? comm->slotBytes - COMM_SLOT_HDR_BYTES /* the signature */
+                     : plan->devProto == commProtoLL ? COMM_DEV_LL_PIECE                     /* LL slots carry less */
+                                                     : comm->slotBytes;
+  size_t slotElems = slotBytes / plan->eltSize;
+  size_t fifoHalf = (size_t)(comm->nSlots / 2) * slotElems;
   args.chunkElems = choice.chunkBytes / plan->eltSize;
   if (args.chunkElems > fifoHalf) args.chunkElems = fifoHalf;
+  if (!plan->onDevice && args.chunkElems > slotElems) args.chunkElems -= args.chunkElems % slotElems; /* whole slots */
   if (args.chunkElems < 1) args.chunkElems = 1;
   for (int c = 0; c < args.nChannels; c++) {
     COMMCHECKGOTO(commChannelEnsure(comm, c), res, fail);
@@ -135,6 +148,9 @@ static commResult_t buildP2pPlan(commComm* comm, commTask* tasks, int nP2p, int 
   COMMCHECK(newPlan(comm, commFuncSendRecv, COMM_BUF_USER0 + nP2p, &plan));
   plan->dtype = commUint8;
   plan->eltSize = 1;
+  plan->sig.magic = COMM_SIG_MAGIC;
+  plan->sig.func = commFuncSendRecv;
+  plan->sig.root = -1;
   COMMCHECKGOTO(commRedOpArgsBuiltin(commSum, commUint8, comm->nRanks, &plan->redop), res, fail);
   COMMCHECKGOTO(commCalloc(&ops, (size_t)nP2p, sizeof(*ops)), res, fail);
   plan->onDevice = onDevice;

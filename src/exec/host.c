@@ -64,10 +64,43 @@ static inline char* recvSlot(commComm* comm, commConn* c, size_t* bytes, commRes
   return s;
 }
 
-/* Post a filled slot; a network connection sends it at once. */
+/* Post a filled slot (bytes of payload after the header); a network connection sends it at once. */
 static inline commResult_t sendPost(commComm* comm, commConn* c, size_t bytes) {
-  sendPostNow(c, bytes);
+  sendPostNow(c, bytes + COMM_SLOT_HDR_BYTES);
   return connProgress(comm, c);
+}
+
+/* Elements of one slot's payload. */
+static inline size_t slotPiece(const commComm* comm, size_t elt) {
+  return (comm->slotBytes - COMM_SLOT_HDR_BYTES) / elt;
+}
+
+const char* commOpSigStr(const commOpSig* sig, char* buf, size_t n) {
+  if (sig->func >= commNumFuncs) {
+    snprintf(buf, n, "an unknown operation (%u)", (unsigned)sig->func);
+  } else if (sig->func == commFuncSendRecv) {
+    snprintf(buf, n, "send/recv");
+  } else {
+    char root[24] = "", op[40] = "";
+    if (sig->root >= 0) snprintf(root, sizeof(root), "root %d, ", (int)sig->root);
+    if (sig->op == COMM_SIG_OP_USER) snprintf(op, sizeof(op), "a premulsum op, ");
+    else if (sig->op != COMM_SIG_OP_NONE) snprintf(op, sizeof(op), "%s, ", commOpName((commRedOp_t)sig->op));
+    snprintf(buf, n, "%s(%s%s%s, count %llu, collective #%llu)", commFuncName((commFunc_t)sig->func), root, op,
+             sig->dtype < commNumTypes ? commTypeName((commDataType_t)sig->dtype) : "?", (unsigned long long)sig->count,
+             (unsigned long long)sig->seq);
+  }
+  return buf;
+}
+
+/* The peer's slot carries another operation's signature: the ranks called different operations. */
+static commResult_t sigMismatch(commPlan* plan, int channel, int peer, const commOpSig* got) {
+  char mine[160], theirs[160];
+  commNotePeerFailure(plan->comm, peer);
+  WARN("rank %d: mismatched calls: this rank called %s, rank %d called %s (the data it sent on channel %d): every "
+       "rank must call the same collectives in the same order with the same root, op, datatype and count",
+       plan->comm->rank, commOpSigStr(&plan->sig, mine, sizeof(mine)), peer, commOpSigStr(got, theirs, sizeof(theirs)),
+       channel);
+  return commInvalidUsage;
 }
 
 static inline void recvRelease(commConn* c) {
@@ -94,17 +127,22 @@ static inline void noteWait(commPlan* plan, int channel, int peer, int isSend) {
   plan->waitIsSend = isSend;
 }
 
-/* The next free slot of sc; NULL when there is none yet (the wait noted, for the timeout's message) or on
+/* The payload of the next free slot of sc (its header written); NULL when there is none yet (the wait noted, for the timeout's message) or on
  * an error (in *err). */
 static inline char* waitSendSlot(commPlan* plan, int channel, int peer, commConn* sc, commResult_t* err) {
   char* slot = sendSlot(plan->comm, sc, err);
   if (*err != commSuccess) return NULL;
-  if (slot == NULL) noteWait(plan, channel, peer, 1);
-  return slot;
+  if (slot == NULL) {
+    noteWait(plan, channel, peer, 1);
+    return NULL;
+  }
+  memcpy(slot, &plan->sig, sizeof(plan->sig));
+  return slot + COMM_SLOT_HDR_BYTES;
 }
 
-/* The next filled slot of rc, which must hold `bytes`; NULL when none has arrived (the wait noted) or on an
- * error (in *err: the transport's, or a slot of another size: the ranks called with different counts). */
+/* The payload of the next filled slot of rc, which must carry this plan's signature and hold `bytes`; NULL
+ * when none has arrived (the wait noted) or on an error (in *err: the transport's, another operation's
+ * signature, or a slot of another size: the ranks called with different counts). */
 static inline char* waitRecvSlot(commPlan* plan, int channel, int peer, commConn* rc, size_t bytes, commResult_t* err) {
   size_t got;
   char* slot = recvSlot(plan->comm, rc, &got, err);
@@ -113,11 +151,24 @@ static inline char* waitRecvSlot(commPlan* plan, int channel, int peer, commConn
     noteWait(plan, channel, peer, 0);
     return NULL;
   }
-  if (got != bytes) {
-    *err = sizeMismatch(plan, channel, peer, got, bytes);
+  commOpSig sig;
+  if (got < COMM_SLOT_HDR_BYTES) {
+    WARN("rank %d: %s opCount %llu: a slot of %zu bytes from rank %d on channel %d is shorter than its header",
+         plan->comm->rank, commFuncName(plan->func), (unsigned long long)plan->opCount, got, peer, channel);
+    *err = commInternalError;
     return NULL;
   }
-  return slot;
+  memcpy(&sig, slot, sizeof(sig));
+  const uint64_t *a = (const uint64_t*)&sig, *b = (const uint64_t*)&plan->sig;
+  if (((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3])) != 0) {
+    *err = sigMismatch(plan, channel, peer, &sig);
+    return NULL;
+  }
+  if (got - COMM_SLOT_HDR_BYTES != bytes) {
+    *err = sizeMismatch(plan, channel, peer, got - COMM_SLOT_HDR_BYTES, bytes);
+    return NULL;
+  }
+  return slot + COMM_SLOT_HDR_BYTES;
 }
 
 /* SEND, COPY_SEND: the step's data into sc's FIFO slot by slot (COPY_SEND: into dst as well). */
@@ -125,7 +176,7 @@ static commResult_t stepSend(commPlan* plan, int c, const commStep* st, commConn
                              int* finished) {
   commComm* comm = plan->comm;
   const size_t elt = plan->eltSize;
-  const size_t piece = comm->slotBytes / elt;
+  const size_t piece = slotPiece(comm, elt);
   const int flags = st->flags;
   commResult_t perr = commSuccess;
   if (sc == NULL && st->count > 0) return missingConn(plan, c, st->sendPeer, 1);
@@ -152,7 +203,7 @@ static commResult_t stepRecv(commPlan* plan, int c, const commStep* st, commConn
                              int* finished) {
   commComm* comm = plan->comm;
   const size_t elt = plan->eltSize;
-  const size_t piece = comm->slotBytes / elt;
+  const size_t piece = slotPiece(comm, elt);
   const int flags = st->flags;
   commResult_t perr = commSuccess;
   if (rc == NULL && st->count > 0) return missingConn(plan, c, st->recvPeer, 0);
@@ -181,7 +232,7 @@ static commResult_t stepRecvSend(commPlan* plan, int c, const commStep* st, comm
                                  commChannelProgress* pr, int* finished) {
   commComm* comm = plan->comm;
   const size_t elt = plan->eltSize;
-  const size_t piece = comm->slotBytes / elt;
+  const size_t piece = slotPiece(comm, elt);
   const int flags = st->flags;
   commResult_t perr = commSuccess;
   if (st->count > 0 && sc == NULL) return missingConn(plan, c, st->sendPeer, 1);
@@ -220,7 +271,7 @@ static commResult_t stepSendRecv(commPlan* plan, int c, const commStep* st, comm
                                  commChannelProgress* pr, int* finished) {
   commComm* comm = plan->comm;
   const size_t elt = plan->eltSize;
-  const size_t piece = comm->slotBytes / elt;
+  const size_t piece = slotPiece(comm, elt);
   const int flags = st->flags;
   commResult_t perr = commSuccess;
   size_t sendCount = st->sendPeer >= 0 ? st->count : 0;
@@ -303,7 +354,18 @@ static const char* opDesc(const commPlan* plan, char* buf, size_t n) {
 static commResult_t checkStalled(commPlan* plan) {
   commComm* comm = plan->comm;
   char desc[160];
-  if (commAborted(comm)) {
+  int aborted = commAborted(comm);
+  if (aborted == COMM_ABORT_PEER_FAILED) {
+    char why[sizeof(comm->peerFailureReason)];
+    pthread_mutex_lock(&comm->errorLock);
+    int culprit = comm->peerFailureRank, reporter = comm->peerFailureReporter;
+    snprintf(why, sizeof(why), "%s", comm->peerFailureReason);
+    pthread_mutex_unlock(&comm->errorLock);
+    WARN("rank %d: %s stopped: rank %d failed (reported by rank %d): %s", comm->rank, opDesc(plan, desc, sizeof(desc)),
+         culprit, reporter, why);
+    return commRemoteError;
+  }
+  if (aborted) {
     WARN("rank %d: %s was aborted (commAbort)", comm->rank, opDesc(plan, desc, sizeof(desc)));
     return commInvalidUsage;
   }
@@ -318,6 +380,7 @@ static commResult_t checkStalled(commPlan* plan) {
         if (res != commSuccess) {
           char why[256];
           snprintf(why, sizeof(why), "%s", commLogLastWarn());
+          commNotePeerFailure(comm, plan->waitPeer);
           WARN("rank %d: %s failed: peer rank %d (%s) is gone: %s", comm->rank, opDesc(plan, desc, sizeof(desc)),
                plan->waitPeer, conn->transport->name, why);
           return res;
