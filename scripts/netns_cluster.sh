@@ -14,8 +14,9 @@
 # discovers in its host (the veths, in NIC order). Every other variable of the caller's environment
 # passes through (COMM_ALGO, COMM_DEBUG...).
 # Output: each rank's stdout+stderr in LOGDIR/rankN.log; rank 0's is printed at the end (all with -q
-# off and a failure). Exit: 0 when every rank exits 0; 1 when some rank fails; 77 when the machine
-# cannot do it (not root, no ip netns, no bridge or tc). Everything is removed on exit.
+# off and a failure). Exit: 0 when every rank exits 0; 1 when some rank fails, or a namespace, bridge or
+# shaper cannot be made although root and ip netns are there; 77 only for a named absence (not root, no ip,
+# no ip netns, no tc). Everything is removed on exit.
 # SPDX-License-Identifier: Apache-2.0
 set -uo pipefail
 
@@ -33,6 +34,9 @@ shift $((OPTIND - 1))
   echo "netns_cluster: need 1 <= hosts <= 16, 1 <= ranks-per-host <= 16, 1 <= nics <= 4" >&2; exit 2; }
 
 skip() { echo "netns_cluster: SKIP: $*" >&2; exit 77; }
+# Once root and ip netns are there, a namespace, bridge or shaper that cannot be made is a failure (with ip's
+# own message), never a skip: a machine that should run the test must not report it as skipped.
+fail() { echo "netns_cluster: FAIL: $*" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || skip "needs root (network namespaces)"
 command -v ip >/dev/null 2>&1 || skip "the ip command (iproute2) is not installed"
 ip netns list >/dev/null 2>&1 || skip "ip netns is not available"
@@ -66,10 +70,10 @@ for ns in $(ip netns list 2>/dev/null | grep -oE '^lc(sw|h[0-9]+)-[0-9]+'); do
 done
 
 die() { echo "netns_cluster: FAIL: $*" >&2; exit 1; }
-ip netns add "$SW" 2>/dev/null || skip "cannot create a network namespace (no CAP_SYS_ADMIN?)"
+ip netns add "$SW" || fail "cannot create a network namespace (ip's message above)"
 ip -n "$SW" link set lo up
 for ((i = 0; i < NICS; i++)); do
-  ip -n "$SW" link add "br$i" type bridge 2>/dev/null || skip "cannot create a bridge (no bridge module?)"
+  ip -n "$SW" link add "br$i" type bridge || fail "cannot create a bridge (ip's message above)"
   ip -n "$SW" link set "br$i" up || die "bridge br$i up"
 done
 
@@ -96,8 +100,8 @@ for ((h = 0; h < H; h++)); do
     ip -n "$ns" link set "$hi" up || die "$hi up"
     ip -n "$SW" link set "$si" master "br$i" || die "$si into br$i"
     ip -n "$SW" link set "$si" up || die "$si up"
-    shape "$ns" "$hi" || skip "tc cannot shape $hi (sch_tbf / sch_netem missing?)"
-    shape "$SW" "$si" || skip "tc cannot shape $si"
+    shape "$ns" "$hi" || fail "tc cannot shape $hi (sch_tbf / sch_netem missing? tc's message above)"
+    shape "$SW" "$si" || fail "tc cannot shape $si (tc's message above)"
   done
 done
 
