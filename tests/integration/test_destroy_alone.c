@@ -297,7 +297,7 @@ int main(int argc, char** argv) {
     setenv("COMM_SHM_DISABLE", "1", 1);
     setenv("COMM_NET", "Socket", 1);
     /* Small socket buffers: a rank's last sends cannot all be in the kernel when its call returns. */
-    setenv("COMM_SOCKET_BUFSIZE", "65536", 1);
+    if (!getenv("COMM_SOCKET_BUFSIZE")) setenv("COMM_SOCKET_BUFSIZE", "65536", 1);
   } else if (!strcmp(transport, "ib") && !missing) {
     const char* lib = getenv("COMM_IB_FAKE_LIB");
     if (lib == NULL || access(lib, R_OK) != 0) {
