@@ -309,10 +309,12 @@ commResult_t commTransportProgressSends(struct commComm* comm) { return progress
  * a peer that is slower than this rank still needs it (commDestroy without commFinalize has no barrier, so the
  * peer may come to its part of the last operation much later). The wait ends when every send connection is
  * drained, when the communicator is aborted, when a connection failed (check: the peer is gone, its data cannot
- * leave any more), or when nothing moved for comm->timeoutMs; not at a fixed time (a cap of 5 s lost a
- * broadcast root's last data to a neighbour that came 6.5 s later, test_destroy_alone). */
+ * leave any more), or when nothing moved for comm->timeoutMs; not at a fixed time (a cap of 5 s would drop
+ * what the kernel's socket buffers cannot hold for a peer that comes to its part later than that). */
 static void drainSends(struct commComm* comm) {
-  if (commAborted(comm) || comm->nNetConns == 0) return;
+  /* Not after an operation failed (asyncError): its peers are failing too, and nothing queued completes it. */
+  if (commAborted(comm) || __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) != commSuccess || comm->nNetConns == 0)
+    return;
   int64_t deadline = commDeadlineNs(comm->timeoutMs);
   uint64_t lastLeft = UINT64_MAX;
   commBackoff bo = {0};
