@@ -57,7 +57,9 @@ typedef struct {
 static int opIsBcast(int i, int round);
 static int longDelayRound(int round) { return round % 3 == 2; }
 static size_t opBytes(int i, int round) {
-  if (i == NOPS - 1 && longDelayRound(round)) return (size_t)128 << 10; /* all of it fits in the root's FIFO */
+  /* All of it fits in the root's FIFO; 256 KiB is more than the socket buffers (64 KiB) take, so the root's
+   * commDestroy must wait for its late neighbour. */
+  if (i == NOPS - 1 && longDelayRound(round)) return (size_t)(round % 2 ? 256 : 128) << 10;
   if (i % 25 == 24 || i >= NOPS - 2) return MAX_BYTES - (size_t)(round % 3) * 4096;
   uint32_t h = (uint32_t)(i * 2654435761u + (uint32_t)round * 40503u);
   return (size_t)8 << ((h >> 11) % 16); /* 8 B .. 256 KiB */
@@ -79,7 +81,7 @@ static void busyWork(double ms) {
 }
 
 /* Rank r's delay before call i of the last NLAST: a different slowest rank each round and call. Every third
- * round ends with a 128 KiB broadcast, and there the root's neighbour comes to it LONG_DELAY_MS late: the root
+ * round ends with a 128 or 256 KiB broadcast, and there the root's neighbour comes to it LONG_DELAY_MS late: the root
  * has long returned and destroyed, its data still queued (more than the socket buffers hold), and it must
  * still arrive, however long the peer takes, within the timeout. */
 #define LONG_DELAY_MS 6500.0
