@@ -139,3 +139,16 @@ set_tests_properties(integration.cluster_nics PROPERTIES SKIP_RETURN_CODE 77)
 # Launcher-style start on this host (COMM_ROOT, COMM_RANK, COMM_NRANKS, zero id), and a rank with the
 # wrong COMM_ROOT_SECRET turned away.
 comm_it_test(env_launch COMMAND ${COMM_IT_DIR}/env_launch.sh $<TARGET_FILE:mp_colls> LABELS mp)
+
+# commDestroy without commFinalize (issue 19): 6 ranks end their last calls unsynchronised and destroy at once;
+# every call of every rank must succeed (shm, Socket, IB over the verbs fake); and a rank that destroys before
+# its part of an allreduce makes the others fail with commRemoteError naming it, not time out.
+add_executable(test_destroy_alone ${COMM_IT_DIR}/test_destroy_alone.c)
+target_include_directories(test_destroy_alone PRIVATE ${COMM_IT_DIR})
+target_link_libraries(test_destroy_alone PRIVATE comm Threads::Threads m)
+comm_it_test(destroy_alone.shm COMMAND test_destroy_alone shm 3 LABELS "mp;faults")
+comm_it_test(destroy_alone.socket COMMAND test_destroy_alone socket 3 LABELS "mp;net;faults")
+comm_it_test(destroy_alone.ib COMMAND test_destroy_alone ib 3 ENV ${COMM_IT_IB_FAKE_ENV} LABELS "net;threads;faults")
+set_tests_properties(integration.destroy_alone.ib PROPERTIES SKIP_RETURN_CODE 77)
+comm_it_test(destroy_alone.missing_shm COMMAND test_destroy_alone missing-shm 2 LABELS "mp;faults")
+comm_it_test(destroy_alone.missing_socket COMMAND test_destroy_alone missing-socket 2 LABELS "mp;net;faults")

@@ -21,8 +21,7 @@
 #include "utils.h"
 
 #define COMM_TRANSPORT_TAG_BASE 0x40000000
-#define CONN_HDR_BYTES 8  /* transport id at the start of info and ack */
-#define DRAIN_MAX_MS 5000 /* at close, at most this long for queued network sends to leave */
+#define CONN_HDR_BYTES 8 /* transport id at the start of info and ack */
 
 enum { PHASE_INFO = 1, PHASE_ACK = 2 };
 static int connPhaseBase(const commConn* conn) { return conn->onDevice ? 4 : 0; }
@@ -306,25 +305,54 @@ static commResult_t progressConns(struct commComm* comm, int sendsOnly) {
 commResult_t commTransportProgress(struct commComm* comm) { return progressConns(comm, 0); }
 commResult_t commTransportProgressSends(struct commComm* comm) { return progressConns(comm, 1); }
 
-/* Give data already handed to network sends a bounded chance to leave before the sockets close. */
+/* Every byte this rank's operations handed to a network send connection leaves before the connection closes:
+ * a peer that is slower than this rank still needs it (commDestroy without commFinalize has no barrier, so the
+ * peer may come to its part of the last operation much later). The wait ends when every send connection is
+ * drained, when the communicator is aborted, when a connection failed (check: the peer is gone, its data cannot
+ * leave any more), or when nothing moved for comm->timeoutMs; not at a fixed time (a cap of 5 s would drop
+ * what the kernel's socket buffers cannot hold for a peer that comes to its part later than that). */
 static void drainSends(struct commComm* comm) {
-  if (commAborted(comm) || comm->nNetConns == 0) return;
-  int64_t ms = comm->timeoutMs < 0 || comm->timeoutMs > DRAIN_MAX_MS ? DRAIN_MAX_MS : comm->timeoutMs;
-  int64_t deadline = commDeadlineNs(ms);
+  /* Not after an operation failed (asyncError): its peers are failing too, and nothing queued completes it. */
+  if (commAborted(comm) || __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) != commSuccess || comm->nNetConns == 0)
+    return;
+  int64_t deadline = commDeadlineNs(comm->timeoutMs);
+  uint64_t lastLeft = UINT64_MAX;
   commBackoff bo = {0};
+  char* dead = calloc((size_t)comm->nNetConns, 1); /* connections check found failed (reported once) */
   for (;;) {
-    int pending = 0;
+    uint64_t left = 0; /* slots still queued, over every connection that can still move them */
+    const commConn* waitOn = NULL;
     for (int i = 0; i < comm->nNetConns; i++) {
       commConn* conn = comm->netConns[i];
-      if (!conn->isSend || !conn->ctrl) continue;
-      if (COMM_LOAD_ACQ(&conn->ctrl->tail) < COMM_LOAD_ACQ(&conn->ctrl->head)) {
-        if (conn->transport->progress(comm, conn) != commSuccess) return;
-        pending = 1;
+      if (!conn->isSend || !conn->ctrl || (dead && dead[i])) continue;
+      uint64_t head = COMM_LOAD_ACQ(&conn->ctrl->head), tail = COMM_LOAD_ACQ(&conn->ctrl->tail);
+      if (tail >= head) continue;
+      if (conn->transport->progress(comm, conn) != commSuccess ||
+          (conn->transport->check && conn->transport->check(comm, conn) != commSuccess)) {
+        if (dead) dead[i] = 1; /* failed: check said why (WARN); nothing more can leave */
+        continue;
+      }
+      head = COMM_LOAD_ACQ(&conn->ctrl->head);
+      tail = COMM_LOAD_ACQ(&conn->ctrl->tail);
+      if (tail < head) {
+        left += head - tail;
+        waitOn = conn;
       }
     }
-    if (!pending || commAborted(comm) || commTimeNs() > deadline) return;
+    if (left == 0 || commAborted(comm)) break;
+    if (left != lastLeft) { /* progress: the timeout counts from here */
+      lastLeft = left;
+      deadline = commDeadlineNs(comm->timeoutMs);
+      commBackoffReset(&bo);
+    } else if (comm->timeoutMs >= 0 && commTimeNs() > deadline) {
+      WARN("rank %d: commDestroy: %llu queued network send slot(s) could not leave in %lld ms (COMM_TIMEOUT_MS); "
+           "rank %d (channel %d) has not taken them",
+           comm->rank, (unsigned long long)left, (long long)comm->timeoutMs, waitOn->peer, waitOn->channel);
+      break;
+    }
     commBackoffWait(&bo);
   }
+  free(dead);
 }
 
 commResult_t commTransportInit(struct commComm* comm) {

@@ -12,16 +12,22 @@
 #define COMM_NSLOTS 8
 #define COMM_CACHE_LINE 64
 
+/* A side that closes its end of a FIFO both sides map (shm) says so in its own line (senderClosed after its
+ * last head, receiverClosed), so the other side tells a peer that left in order (commDestroy) from one that is
+ * still coming, and waits only for what the FIFO still holds. */
 typedef struct {
-  uint64_t head;       /* slots filled by the sender (written by the sender side) */
-  uint64_t devSendPos; /* a CUDA sender's own position (device connections whose FIFO is host memory) */
-  char pad0[COMM_CACHE_LINE - 2 * sizeof(uint64_t)];
-  uint64_t tail;       /* slots drained by the receiver (written by the receiver side) */
-  uint64_t devRecvPos; /* a CUDA receiver's own position (likewise) */
-  char pad1[COMM_CACHE_LINE - 2 * sizeof(uint64_t)];
+  uint64_t head;         /* slots filled by the sender (written by the sender side) */
+  uint64_t devSendPos;   /* a CUDA sender's own position (device connections whose FIFO is host memory) */
+  uint32_t senderClosed; /* shm: the sender closed its end (after its last head) */
+  char pad0[COMM_CACHE_LINE - 2 * sizeof(uint64_t) - sizeof(uint32_t)];
+  uint64_t tail;           /* slots drained by the receiver (written by the receiver side) */
+  uint64_t devRecvPos;     /* a CUDA receiver's own position (likewise) */
+  uint32_t receiverClosed; /* shm: the receiver closed its end */
+  char pad1[COMM_CACHE_LINE - 2 * sizeof(uint64_t) - sizeof(uint32_t)];
   uint64_t sizes[COMM_NSLOTS]; /* bytes in each slot, written before head moves */
   uint32_t devFailed;          /* net device connections: the proxy thread saw the connection fail */
-  char pad2[COMM_CACHE_LINE - sizeof(uint32_t)];
+  uint32_t localRefs;          /* shm in one process: the sides holding the FIFO (the last to close frees it) */
+  char pad2[COMM_CACHE_LINE - 2 * sizeof(uint32_t)];
 } commFifoCtrl;
 
 struct commComm;

@@ -304,10 +304,21 @@ static commResult_t netComplete(commConn* conn, netPriv* p) {
     if (!conn->isSend && p->slotsOnDevice && size > 0 && (res = netDevFlush(conn, p, i, size)) != commSuccess)
       return netFail(conn, res);
     if (!conn->isSend) ctrl->sizes[i] = size;
+    p->bytes += size;
     p->done++;
     COMM_STORE_REL(conn->isSend ? &ctrl->tail : &ctrl->head, p->done);
   }
   return commSuccess;
+}
+
+/* A post failed: the connection is done for, but requests posted before may have completed (the Socket
+ * plugin's post moves the control stream, where the messages of earlier receives can arrive just before the
+ * peer's EOF): those are retired first, so the data a peer sent before it closed is not lost. (Marking the
+ * connection failed at once lost a broadcast root's last four messages to a peer that came to them after the
+ * root had destroyed its communicator: test_destroy_alone.) */
+static commResult_t netPostFailed(commConn* conn, netPriv* p, commResult_t res) {
+  (void)netComplete(conn, p);
+  return netFail(conn, res);
 }
 
 commResult_t netProgressSend(commConn* conn, netPriv* p) {
@@ -327,7 +338,7 @@ commResult_t netProgressSend(commConn* conn, netPriv* p) {
     void* req = NULL;
     commResult_t res = p->net->isend(p->sendComm, conn->slots + (size_t)i * conn->slotBytes, (size_t)size, 0,
                                      p->mhandle, &req);
-    if (res != commSuccess) return netFail(conn, res);
+    if (res != commSuccess) return netPostFailed(conn, p, res);
     if (!req) break;
     p->reqs[i] = req;
     p->posted++;
@@ -346,7 +357,7 @@ commResult_t netProgressRecv(commConn* conn, netPriv* p) {
     int tag = 0;
     void* req = NULL;
     commResult_t res = p->net->irecv(p->recvComm, 1, &data, &cap, &tag, &p->mhandle, &req);
-    if (res != commSuccess) return netFail(conn, res);
+    if (res != commSuccess) return netPostFailed(conn, p, res);
     if (!req) break;
     p->reqs[i] = req;
     p->posted++;
@@ -430,15 +441,23 @@ static void* netProxyMain(void* arg) {
   return NULL;
 }
 
+/* Called while a wait stalls on this connection (or while commDestroy drains it), so a failed connection here
+ * is one the executor still needs. A peer that closes in order (commDestroy, or its process exiting) ends the
+ * byte stream after all it sent: what it sent has arrived, so the data still expected will never come. */
 static commResult_t netCheck(struct commComm* comm, commConn* conn) {
-  (void)comm;
   netPriv* p = (netPriv*)conn->priv;
-  if (p && netFailed(p)) {
-    WARN("net connection %s rank %d failed: the peer closed the connection or the network failed",
-         conn->isSend ? "to" : "from", conn->peer);
-    return commRemoteError;
-  }
-  return commSuccess;
+  if (!p || !netFailed(p)) return commSuccess;
+  if (conn->isSend)
+    WARN("rank %d destroyed its communicator (or exited, or the network failed) while this rank still had data for "
+         "it: net connection to rank %d on channel %d failed with %llu of %llu slots sent",
+         conn->peer, conn->peer, conn->channel, (unsigned long long)p->done,
+         (unsigned long long)COMM_LOAD_ACQ(&conn->ctrl->head));
+  else
+    WARN("rank %d destroyed its communicator (or exited, or the network failed) while this rank still expected data "
+         "from it: net connection from rank %d on channel %d ended after %llu messages (%llu bytes)",
+         conn->peer, conn->peer, conn->channel, (unsigned long long)p->done, (unsigned long long)p->bytes);
+  commNotePeerFailure(comm, conn->peer);
+  return commRemoteError;
 }
 
 static commResult_t netClose(struct commComm* comm, commConn* conn) {

@@ -62,6 +62,7 @@ typedef struct {
   void* reqs[COMM_NSLOTS];
   uint64_t posted; /* isend/irecv posted */
   uint64_t done;   /* completed, in order */
+  uint64_t bytes;  /* moved by the completed requests (for the message of a failed connection) */
   int failed;
   int reported; /* onDevice: the failure was reported (device proxy thread) */
   int busy;     /* try-lock between the executor and the proxy thread */

@@ -128,6 +128,7 @@ static commResult_t shmRecvSetup(struct commComm* comm, commConn* conn, void* in
       }
       memset(p->base, 0, p->size);
     }
+    ((commFifoCtrl*)p->base)->localRefs = 1; /* the receiver's; the sender adds its own when it attaches */
     si->kind = SHM_KIND_LOCAL;
     COMMCHECK(shmProcessCookie(&si->cookie));
     si->ptr = (uint64_t)(uintptr_t)p->base;
@@ -215,6 +216,10 @@ static commResult_t shmSendConnect(struct commComm* comm, commConn* conn, const 
       WARN("SHM : rank %d offered a host FIFO for a device connection", conn->peer);
       return commInternalError;
     }
+    /* Whichever side closes last frees the FIFO: a receiver that destroyed first leaves it to a sender still
+     * looking at it (its close marker, in check). */
+    __atomic_fetch_add(&((commFifoCtrl*)p->base)->localRefs, 1u, __ATOMIC_ACQ_REL);
+    p->pinned = conn->onDevice; /* the receiver made it with commDevHostAlloc (portable: any device frees it) */
     return shmAttach(comm, conn, p);
   }
   if (si.kind != SHM_KIND_SHARED) {
@@ -270,28 +275,54 @@ static int shmPidGone(int pid) {
   return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
 }
 
+/* Called while a wait stalls on this connection. The peer closed its end (commDestroy: its close marker), or
+ * its process is gone: an error only if the FIFO cannot give this side what it waits for any more. A receiver
+ * still has data to read after the sender left (the mapping outlives the sender's), so it reads that first:
+ * the sender's last head comes before its marker, and a process's last stores before its death. */
 static commResult_t shmCheck(struct commComm* comm, commConn* conn) {
-  (void)comm;
   shmPriv* p = (shmPriv*)conn->priv;
-  if (!p || p->peerPid <= 0 || p->peerPid == (int)getpid()) return commSuccess;
-  if (shmPidGone(p->peerPid)) {
-    WARN("peer rank %d (pid %d) is gone", conn->peer, p->peerPid);
-    return commRemoteError;
-  }
-  return commSuccess;
+  commFifoCtrl* ctrl = conn->ctrl;
+  if (!p || !ctrl) return commSuccess;
+  int other = p->peerPid > 0 && p->peerPid != (int)getpid();
+  int closed = COMM_LOAD_ACQ(conn->isSend ? &ctrl->receiverClosed : &ctrl->senderClosed) != 0;
+  int gone = !closed && other && shmPidGone(p->peerPid);
+  if (!closed && !gone) return commSuccess;
+  if (conn->isSend ? conn->step - COMM_LOAD_ACQ(&ctrl->tail) < (uint64_t)conn->nSlots
+                   : COMM_LOAD_ACQ(&ctrl->head) > conn->step)
+    return commSuccess; /* what this side waits for is there: the executor takes it */
+  const char* how = closed ? "destroyed its communicator" : "is gone (its process exited or was killed)";
+  if (conn->isSend)
+    WARN("rank %d %s while this rank still had data for it: shm connection to rank %d on channel %d (pid %d), %llu "
+         "slots sent, %llu taken",
+         conn->peer, how, conn->peer, conn->channel, p->peerPid, (unsigned long long)conn->step,
+         (unsigned long long)COMM_LOAD_ACQ(&ctrl->tail));
+  else
+    WARN("rank %d %s while this rank still expected data from it: shm connection from rank %d on channel %d (pid "
+         "%d) ended after %llu slots",
+         conn->peer, how, conn->peer, conn->channel, p->peerPid, (unsigned long long)conn->step);
+  commNotePeerFailure(comm, conn->peer);
+  return commRemoteError;
 }
 
+/* This side's end closes: its marker first (the peer's check reads it), then the mapping (the peer's stays
+ * valid: a receiver reads the sender's last slots after the sender left). In one process the FIFO is freed by
+ * the last side to close. */
 static commResult_t shmClose(struct commComm* comm, commConn* conn) {
   (void)comm;
   shmPriv* p = (shmPriv*)conn->priv;
   if (!p) return commSuccess;
+  commFifoCtrl* ctrl = (commFifoCtrl*)p->base;
+  if (ctrl && conn->ctrl) COMM_STORE_REL(conn->isSend ? &ctrl->senderClosed : &ctrl->receiverClosed, 1u);
   if (p->registered) commDevHostUnregister(p->cudaDev, p->base);
   if (p->kind == SHM_KIND_SHARED) {
     if (p->base) munmap(p->base, p->size);
     if (!p->unlinked) shm_unlink(p->name);
-  } else if (p->kind == SHM_KIND_LOCAL && p->owner) {
-    if (p->pinned) commDevHostFree(p->cudaDev, p->base);
-    else free(p->base);
+  } else if (p->kind == SHM_KIND_LOCAL && p->base && (p->owner || conn->ctrl)) {
+    /* The receiver's reference from recvSetup, the sender's once attached (conn->ctrl set). */
+    if (__atomic_sub_fetch(&ctrl->localRefs, 1u, __ATOMIC_ACQ_REL) == 0) {
+      if (p->pinned) commDevHostFree(p->cudaDev, p->base);
+      else free(p->base);
+    }
   }
   free(p);
   conn->priv = NULL;
