@@ -4,9 +4,9 @@
 #   2. build-asan/: AddressSanitizer + UndefinedBehaviorSanitizer (-DCOMM_SANITIZE=ON), every test but
 #      those labelled "heavy" (8 ranks on one machine, the two-namespace run) to bound the time.
 # A failed build stops the script; failing tests are reported and the other pass still runs; the exit
-# status is non-zero if anything failed. Set COMM_TEST_SKIP_ASAN=1 to run only the first pass, and
-# COMM_TEST_TSAN=1 to add a ThreadSanitizer pass (build-tsan/) over the tests labelled "threads" (ranks as
-# threads of one process: TSan does not follow the forked multi-process runs). Between the two passes, the
+# status is non-zero if anything failed. Set COMM_TEST_SKIP_ASAN=1 to run only the first pass. Last, a
+# ThreadSanitizer pass (build-tsan/) runs the watchdog test and the bootstrap's tests; COMM_TEST_TSAN=1 widens
+# it to every test labelled "threads" (ranks as threads of one process: TSan does not follow forked runs). Between the two passes, the
 # topology XML reader is fuzzed for FUZZ_SECONDS (default 60) with libFuzzer (scripts/fuzz_topo.sh; skip
 # with COMM_TEST_SKIP_FUZZ=1). Before the build, scripts/check_layers.py checks that every layer includes only
 # the layers below it (and after it that every object file calls only those: docs/ARCHITECTURE.md), and
@@ -57,13 +57,20 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_stack_use_after_retu
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
 (cd build-asan && ctest --output-on-failure -j"$ctest_jobs" -LE heavy) || failed+=("build-asan")
 
+# ThreadSanitizer: always the watchdog pattern and the bootstrap's threads (host code only, so the kernels
+# are not built again); with COMM_TEST_TSAN=1 every test labelled "threads".
+tsan_targets=(test_watchdog test_bootstrap test_bootstrap_auth test_bootstrap_fail)
+tsan_select=(-R 'test_watchdog|unit.test_bootstrap')
 if [[ "${COMM_TEST_TSAN:-0}" == "1" ]]; then
-  echo "=== test.sh: build-tsan (ThreadSanitizer, tests labelled threads) ==="
-  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOMM_WERROR=ON -DCOMM_TSAN=ON -DCOMM_BUILD_BENCH=OFF
-  cmake --build build-tsan -j"$jobs"
-  (cd build-tsan && TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:${TSAN_OPTIONS:-}" \
-    ctest --output-on-failure -j"$ctest_jobs" -L threads) || failed+=("build-tsan")
+  tsan_targets=(all)
+  tsan_select=(-L threads)
 fi
+echo "=== test.sh: build-tsan (ThreadSanitizer: ${tsan_select[*]}) ==="
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOMM_WERROR=ON -DCOMM_TSAN=ON -DCOMM_BUILD_BENCH=OFF \
+  -DCOMM_CUDA=OFF
+cmake --build build-tsan -j"$jobs" --target "${tsan_targets[@]}"
+(cd build-tsan && TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:${TSAN_OPTIONS:-}" \
+  ctest --output-on-failure -j"$ctest_jobs" "${tsan_select[@]}") || failed+=("build-tsan")
 if [[ ${#failed[@]} -ne 0 ]]; then
   echo "=== test.sh: FAILED in: ${failed[*]} ==="
   exit 1
