@@ -312,10 +312,13 @@ commResult_t commTransportProgressSends(struct commComm* comm) { return progress
  * leave any more), or when nothing moved for comm->timeoutMs; not at a fixed time (a cap of 5 s would drop
  * what the kernel's socket buffers cannot hold for a peer that comes to its part later than that). */
 static void drainSends(struct commComm* comm) {
-  /* Not after an operation failed (asyncError): its peers are failing too, and nothing queued completes it. */
-  if (commAborted(comm) || __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) != commSuccess || comm->nNetConns == 0)
-    return;
-  int64_t deadline = commDeadlineNs(comm->timeoutMs);
+  if (commAborted(comm) == COMM_ABORT_USER || comm->nNetConns == 0) return;
+  /* After a failure (this rank's or one another rank reported) peers still in an earlier collective may need
+   * what is queued (a failure travels while they finish it); a peer that takes nothing for a short while is
+   * failing too. */
+  int failed = commAborted(comm) || __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) != commSuccess;
+  int64_t quietMs = failed && (comm->timeoutMs < 0 || comm->timeoutMs > 2000) ? 2000 : comm->timeoutMs;
+  int64_t deadline = commDeadlineNs(quietMs);
   uint64_t lastLeft = UINT64_MAX;
   commBackoff bo = {0};
   char* dead = calloc((size_t)comm->nNetConns, 1); /* connections check found failed (reported once) */
@@ -339,15 +342,16 @@ static void drainSends(struct commComm* comm) {
         waitOn = conn;
       }
     }
-    if (left == 0 || commAborted(comm)) break;
+    if (left == 0 || commAborted(comm) == COMM_ABORT_USER) break;
     if (left != lastLeft) { /* progress: the timeout counts from here */
       lastLeft = left;
-      deadline = commDeadlineNs(comm->timeoutMs);
+      deadline = commDeadlineNs(quietMs);
       commBackoffReset(&bo);
-    } else if (comm->timeoutMs >= 0 && commTimeNs() > deadline) {
-      WARN("rank %d: commDestroy: %llu queued network send slot(s) could not leave in %lld ms (COMM_TIMEOUT_MS); "
-           "rank %d (channel %d) has not taken them",
-           comm->rank, (unsigned long long)left, (long long)comm->timeoutMs, waitOn->peer, waitOn->channel);
+    } else if (quietMs >= 0 && commTimeNs() > deadline) {
+      WARN("rank %d: commDestroy: %llu queued network send slot(s) could not leave in %lld ms (%s); rank %d "
+           "(channel %d) has not taken them",
+           comm->rank, (unsigned long long)left, (long long)quietMs, failed ? "after a failure" : "COMM_TIMEOUT_MS",
+           waitOn->peer, waitOn->channel);
       break;
     }
     commBackoffWait(&bo);

@@ -32,6 +32,9 @@ typedef struct {
   int culprit;  /* the rank that failed or died; -1 when not known */
   int reporter; /* the rank that found it */
   int result;   /* commResult_t of the failed operation */
+  uint32_t pad;
+  uint64_t opSeq; /* the collective sequence number of the operation that failed: the reporter was past every
+                   * earlier one, so a rank still in one may finish it; 0: everything stops */
   char reason[192];
 } commBootstrapFailure;
 

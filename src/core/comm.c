@@ -90,6 +90,17 @@ commResult_t commRetain(comm_t comm, const char* api) {
 
 void commRelease(comm_t comm) { __atomic_fetch_sub(&comm->inFlight, 1, __ATOMIC_ACQ_REL); }
 
+/* Another rank reported a failure in a collective this rank has not reached yet: the collectives before it
+ * still run (the reporter was past them; the failed rank may have done its part, as one that destroyed its
+ * communicator after its last call did). */
+static int beforePeerFailure(struct commComm* comm) {
+  pthread_mutex_lock(&comm->errorLock);
+  int before = comm->peerFailureKnown && comm->peerFailureReporter != comm->rank &&
+               comm->collCount < comm->peerFailureSeq;
+  pthread_mutex_unlock(&comm->errorLock);
+  return before;
+}
+
 /* commApiEnter; allowError: an earlier asynchronous error does not refuse the call (commShrink, whose purpose
  * is to go on after a failure). */
 static commResult_t apiEnter(comm_t comm, const char* api, int allowError) {
@@ -109,7 +120,7 @@ static commResult_t apiEnter(comm_t comm, const char* api, int allowError) {
   } else if (commAborted(comm) == COMM_ABORT_USER) {
     WARN("%s: communicator was aborted", api);
     res = commInvalidUsage;
-  } else if (!allowError) {
+  } else if (!allowError && !beforePeerFailure(comm)) {
     int err = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
     if (err != commSuccess && err != commInProgress) {
       char cause[sizeof(comm->lastError)];

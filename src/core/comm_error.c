@@ -45,13 +45,15 @@ void commRecordError(comm_t comm, const char* text) {
 }
 
 /* Record a failure of rank `culprit` found by `reporter`; 1 if it is the first this communicator knows of. */
-static int notePeerFailure(struct commComm* comm, int culprit, int reporter, int result, const char* reason) {
+static int notePeerFailure(struct commComm* comm, int culprit, int reporter, int result, uint64_t seq,
+                           const char* reason) {
   pthread_mutex_lock(&comm->errorLock);
   int first = !comm->peerFailureKnown;
   if (first) {
     comm->peerFailureRank = culprit;
     comm->peerFailureReporter = reporter;
     comm->peerFailureResult = result;
+    comm->peerFailureSeq = seq;
     copyText(comm->peerFailureReason, sizeof(comm->peerFailureReason), reason);
     if (reporter == comm->rank) {
       copyText(comm->lastError, sizeof(comm->lastError), reason);
@@ -72,7 +74,7 @@ static void onPeerFailure(void* arg, const commBootstrapFailure* f) {
   struct commComm* comm = (struct commComm*)arg;
   char reason[sizeof(f->reason) + 1];
   snprintf(reason, sizeof(reason), "%.*s", (int)sizeof(f->reason), f->reason);
-  if (!notePeerFailure(comm, f->culprit, f->reporter, f->result, reason)) return;
+  if (!notePeerFailure(comm, f->culprit, f->reporter, f->result, f->opSeq, reason)) return;
   int expected = commSuccess;
   __atomic_compare_exchange_n(&comm->asyncError, &expected, (int)commRemoteError, 0, __ATOMIC_ACQ_REL,
                               __ATOMIC_ACQUIRE);
@@ -135,12 +137,14 @@ static void reportFailure(struct commComm* comm, commResult_t res, const char* c
       copyText(reason, sizeof(reason), cause);
     }
   }
-  if (!notePeerFailure(comm, culprit, comm->rank, res, reason)) return;
+  uint64_t seq = __atomic_load_n(&comm->failingSeq, __ATOMIC_ACQUIRE);
+  if (!notePeerFailure(comm, culprit, comm->rank, res, seq, reason)) return;
   commBootstrapFailure f;
   memset(&f, 0, sizeof(f));
   f.culprit = culprit;
   f.reporter = comm->rank;
   f.result = res;
+  f.opSeq = seq;
   copyText(f.reason, sizeof(f.reason), reason);
   if (bootstrapReportFailure(comm->bootstrap, &f) != commSuccess) {
     WARN_NOTICE("rank %d: could not tell every rank of the failure (see above)", comm->rank);

@@ -246,8 +246,14 @@ static commResult_t runPlans(struct commComm** comms, commPlan*** plans, const i
   if (nAll > 0) {
     res = commExecHostRun(all, nAll);
     /* The FIFOs of every unfinished plan's communicator are now out of step with their peers. */
-    for (int p = 0; p < nAll && res != commSuccess; p++)
-      if (!all[p]->done) commSetAsyncError(all[p]->comm, res);
+    for (int p = 0; p < nAll && res != commSuccess; p++) {
+      if (all[p]->done) continue;
+      /* The first unfinished collective: ranks still in an earlier one may finish it (0: stop everything). */
+      uint64_t seq = all[p]->func == commFuncSendRecv ? 0 : all[p]->sig.seq;
+      uint64_t unset = 0;
+      __atomic_compare_exchange_n(&all[p]->comm->failingSeq, &unset, seq, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+      commSetAsyncError(all[p]->comm, res);
+    }
   }
 out:
   if (all != allStack) free(all);

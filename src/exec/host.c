@@ -359,11 +359,18 @@ static commResult_t checkStalled(commPlan* plan) {
     char why[sizeof(comm->peerFailureReason)];
     pthread_mutex_lock(&comm->errorLock);
     int culprit = comm->peerFailureRank, reporter = comm->peerFailureReporter;
+    uint64_t failedSeq = comm->peerFailureSeq;
     snprintf(why, sizeof(why), "%s", comm->peerFailureReason);
     pthread_mutex_unlock(&comm->errorLock);
-    WARN("rank %d: %s stopped: rank %d failed (reported by rank %d): %s", comm->rank, opDesc(plan, desc, sizeof(desc)),
-         culprit, reporter, why);
-    return commRemoteError;
+    /* The reporter was past this collective: it may still complete here (the failed rank did its part, as a
+     * rank that destroyed its communicator after its last call did); if not, the peer check or the timeout
+     * below ends it. */
+    if (plan->func == commFuncSendRecv || plan->sig.seq >= failedSeq) {
+      WARN("rank %d: %s stopped: rank %d failed (reported by rank %d): %s", comm->rank,
+           opDesc(plan, desc, sizeof(desc)), culprit, reporter, why);
+      return commRemoteError;
+    }
+    aborted = 0;
   }
   if (aborted) {
     WARN("rank %d: %s was aborted (commAbort)", comm->rank, opDesc(plan, desc, sizeof(desc)));
