@@ -247,23 +247,39 @@ static void* initMain(void* p) {
 }
 
 static comm_t blockedComm;
-static int entering; /* set by the blocked thread just before its call */
 static int returned; /* set after the call returned */
 static commResult_t blockedRes;
 static double tReturned;
 static void* blockedMain(void* p) {
   (void)p;
   static float in[4096], out[4096];
-  __atomic_store_n(&entering, 1, __ATOMIC_RELEASE);
   blockedRes = commAllReduce(in, out, 4096, commFloat32, commSum, blockedComm, NULL);
   tReturned = itNowSec();
   __atomic_store_n(&returned, 1, __ATOMIC_RELEASE);
   return NULL;
 }
 
+/* Does the file contain needle? */
+static int logHas(const char* path, const char* needle) {
+  FILE* f = fopen(path, "r");
+  if (f == NULL) return 0;
+  char line[1024];
+  int found = 0;
+  while (!found && fgets(line, sizeof(line), f) != NULL) found = strstr(line, needle) != NULL;
+  fclose(f);
+  return found;
+}
+
 static void testAbort(void) {
   printf("test_faults: (b) commAbort from another thread while rank 1 waits in an allreduce rank 0 never joins\n");
   setenv("COMM_TIMEOUT_MS", "60000", 1); /* abort, not the timeout, must end the call */
+  /* The event that says the blocked call is inside: the INFO line its plan logs before it runs. (This part
+   * runs in a process of its own, which has not logged yet.) */
+  char logPath[64];
+  snprintf(logPath, sizeof(logPath), "/tmp/test_faults_abort.%d.log", (int)getpid());
+  setenv("COMM_DEBUG", "INFO", 1);
+  setenv("COMM_DEBUG_SUBSYS", "COLL", 1);
+  setenv("COMM_DEBUG_FILE", logPath, 1);
   initArg a[2];
   memset(a, 0, sizeof(a));
   commResult_t res = commGetUniqueId(&a[0].id);
@@ -282,12 +298,14 @@ static void testAbort(void) {
   blockedComm = a[1].comm;
   pthread_t blocked;
   pthread_create(&blocked, NULL, blockedMain, NULL);
-  /* Wait (bounded) for the thread to reach the call, then give it 200 ms to be inside. */
+  /* Wait (bounded) for the call's plan to be logged: it is inside and about to wait for rank 0. */
   double deadline = itNowSec() + 10;
-  while (!__atomic_load_n(&entering, __ATOMIC_ACQUIRE) && itNowSec() < deadline) sched_yield();
-  CHECK(__atomic_load_n(&entering, __ATOMIC_ACQUIRE), "abort: the blocked thread never started");
-  struct timespec ts = {0, 200 * 1000 * 1000};
-  nanosleep(&ts, NULL);
+  int inside = 0;
+  while (!inside && itNowSec() < deadline) {
+    inside = logHas(logPath, "AllReduce: opCount");
+    if (!inside) sched_yield();
+  }
+  CHECK(inside, "abort: the blocked allreduce never logged its plan (%s)", logPath);
   CHECK(!__atomic_load_n(&returned, __ATOMIC_ACQUIRE),
         "abort: the allreduce returned %d before the abort although rank 0 never joined", (int)blockedRes);
 
@@ -315,6 +333,7 @@ static void testAbort(void) {
   CHECK(res == commInvalidArgument, "abort: commCount on the aborted comm returned %d", (int)res);
   res = commAbort(a[0].comm);
   CHECK(res == commSuccess, "abort: commAbort of the idle rank 0 returned %d", (int)res);
+  if (failures == 0) unlink(logPath); /* kept for a look when something failed */
   unsetenv("COMM_TIMEOUT_MS");
 }
 
