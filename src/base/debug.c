@@ -116,6 +116,11 @@ void commLogReset(void) {
 void commLogSetRank(int rank) { logRank = rank; }
 const char* commLogLastWarn(void) { return lastWarn; }
 const char* commLogFirstWarn(void) { return firstWarn; }
+void commLogSetCause(const char* text) {
+  size_t n = strnlen(text, sizeof(firstWarn) - 1);
+  memmove(firstWarn, text, n);
+  firstWarn[n] = '\0';
+}
 void commLogClearLastWarn(void) {
   lastWarn[0] = '\0';
   firstWarn[0] = '\0';

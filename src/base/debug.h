@@ -45,6 +45,8 @@ void commLogSetRank(int rank);
  * API clears at entry, so the first is a failed call's cause and the last its outermost wrapper. */
 const char* commLogLastWarn(void);
 const char* commLogFirstWarn(void);
+/* Replace the thread's first WARN (the cause its failed call reports) with a better-informed one. */
+void commLogSetCause(const char* text);
 void commLogClearLastWarn(void);
 
 #define COMM_LOG_ENABLED(level) \

@@ -407,7 +407,8 @@ static int connectRetryable(int e) {
          e == EAGAIN || e == EINTR || e == ECONNABORTED;
 }
 
-commResult_t commSocketConnect(const commSockAddr* addr, int* fd, int64_t deadlineNs, const int* abortFlag) {
+static commResult_t connectImpl(const commSockAddr* addr, int* fd, int64_t deadlineNs, const int* abortFlag,
+                                int retryRefused) {
   char buf[INET6_ADDRSTRLEN + 32];
   int fam = addr->sa.sa_family;
   if (fam != AF_INET && fam != AF_INET6) {
@@ -461,6 +462,11 @@ commResult_t commSocketConnect(const commSockAddr* addr, int* fd, int64_t deadli
       return commSuccess;
     }
     close(s);
+    if (!retryRefused && err == ECONNREFUSED) {
+      WARN("connect to %s: connection refused: nobody listens there any more (the peer is gone)",
+           commSocketAddrStr(addr, buf, sizeof(buf)));
+      return commRemoteError;
+    }
     if (!connectRetryable(err)) {
       WARN("connect to %s failed: %s", commSocketAddrStr(addr, buf, sizeof(buf)), strerror(err));
       return commSystemError;
@@ -479,6 +485,14 @@ commResult_t commSocketConnect(const commSockAddr* addr, int* fd, int64_t deadli
     }
     backoffMs = backoffMs * 2 > SOCKET_POLL_SLICE_MS ? SOCKET_POLL_SLICE_MS : backoffMs * 2;
   }
+}
+
+commResult_t commSocketConnect(const commSockAddr* addr, int* fd, int64_t deadlineNs, const int* abortFlag) {
+  return connectImpl(addr, fd, deadlineNs, abortFlag, 1);
+}
+
+commResult_t commSocketConnectListening(const commSockAddr* addr, int* fd, int64_t deadlineNs, const int* abortFlag) {
+  return connectImpl(addr, fd, deadlineNs, abortFlag, 0);
 }
 
 commResult_t commSocketConnectStart(const commSockAddr* addr, int* fd, int* err) {

@@ -34,6 +34,9 @@ commResult_t commSocketListen(commSockAddr* addr, int* fd);
 /* Connect with retries on ECONNREFUSED/ETIMEDOUT until the deadline. Returns a blocking socket with
  * TCP_NODELAY. commTimeout at the deadline; commInternalError(abort) when *abortFlag becomes non-zero. */
 commResult_t commSocketConnect(const commSockAddr* addr, int* fd, int64_t deadlineNs, const int* abortFlag);
+/* The same to a listener known to exist (its address came from its owner after it listened): a refused
+ * connection means the owner is gone, commRemoteError with a WARN at once, not a retry until the deadline. */
+commResult_t commSocketConnectListening(const commSockAddr* addr, int* fd, int64_t deadlineNs, const int* abortFlag);
 /* Start a non-blocking connect (close-on-exec, TCP_NODELAY); the socket stays non-blocking. commSuccess with
  * *fd when the connect is under way or done (poll for POLLOUT, then commSocketConnectResult); commRemoteError
  * when it failed at once (*err: the errno, ECONNREFUSED for nobody listening). */

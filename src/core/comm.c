@@ -490,6 +490,10 @@ COMM_API commResult_t commInitRankConfig(comm_t* newcomm, int nranks, commUnique
 failRegistered:
   commSetAsyncError(comm, res); /* ranks still in init hear who failed now, not at their timeout */
   registryRemove(comm);
+  /* commGetLastError(NULL) then gives the record's cause: the rank that failed, when one is known. */
+  pthread_mutex_lock(&comm->errorLock);
+  if (comm->lastError[0] != '\0') commLogSetCause(comm->lastError);
+  pthread_mutex_unlock(&comm->errorLock);
 fail:
   WARN("commInitRank: rank %d of %d failed: %s", rank, nranks, commGetErrorString(res));
   freeComm(comm);

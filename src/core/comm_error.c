@@ -11,6 +11,7 @@
  * COMM_ABORT_PEER_FAILED so that every wait of every layer ends, and every later error message of the
  * communicator names that rank. A failure a rank was told of is not reported again. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -19,9 +20,12 @@
 #include "debug.h"
 #include "enqueue.h"
 #include "exec_dev.h"
+#include "utils.h"
 
 /* How long a probe waits for a rank's bootstrap to answer (a timeout's culprit search). */
 #define COMM_PROBE_TIMEOUT_MS 300
+/* How long a rank that found a failure waits for another rank's notice of it before it reports its own. */
+#define COMM_NOTICE_GRACE_MS 100
 
 /* text into dst[n], cut short if it must be. */
 static void copyText(char* dst, size_t n, const char* text) {
@@ -55,7 +59,10 @@ static int notePeerFailure(struct commComm* comm, int culprit, int reporter, int
     comm->peerFailureResult = result;
     comm->peerFailureSeq = seq;
     copyText(comm->peerFailureReason, sizeof(comm->peerFailureReason), reason);
-    if (reporter == comm->rank) {
+    if (reporter == comm->rank && culprit >= 0 && culprit != comm->rank) {
+      snprintf(comm->lastError, sizeof(comm->lastError), "rank %d failed (found by this rank): %.200s", culprit,
+               reason);
+    } else if (reporter == comm->rank) {
       copyText(comm->lastError, sizeof(comm->lastError), reason);
     } else if (culprit >= 0) {
       snprintf(comm->lastError, sizeof(comm->lastError), "rank %d failed (reported by rank %d): %.200s", culprit,
@@ -121,6 +128,14 @@ static void reportFailure(struct commComm* comm, commResult_t res, const char* c
   int abortState = commAborted(comm);
   /* No bootstrap yet (the rendezvous failed): the root told every rank already. */
   if (abortState == COMM_ABORT_PEER_FAILED || comm->bootstrap == NULL || comm->nRanks < 2) return;
+  /* A rank that found a failure reports it before it leaves, so this rank may have seen it leave (a closed
+   * connection, a FIFO gone) a moment before its notice is taken: give the notice that moment, so that every
+   * rank names the rank that failed first, not the neighbour that left after it. */
+  if (abortState != COMM_ABORT_USER) {
+    int64_t until = commTimeNs() + COMM_NOTICE_GRACE_MS * 1000000LL;
+    while (commTimeNs() < until && commAborted(comm) != COMM_ABORT_PEER_FAILED) sched_yield();
+    if (commAborted(comm) == COMM_ABORT_PEER_FAILED) return;
+  }
   int culprit = __atomic_load_n(&comm->failedPeer, __ATOMIC_ACQUIRE);
   if (culprit < 0) culprit = bootstrapGonePeer(comm->bootstrap); /* init or finalize: a rank that is gone */
   char reason[192];

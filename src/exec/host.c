@@ -44,8 +44,17 @@ static inline char* recvSlotNow(commConn* c, size_t* bytes) {
   return c->slots + (c->step % (uint64_t)c->nSlots) * c->slotBytes;
 }
 /* Network connections move data when progressed: the step that waits on one progresses it (and only it). */
+static commResult_t connFailed(commComm* comm, commConn* c, commResult_t res) {
+  char why[256];
+  snprintf(why, sizeof(why), "%s", commLogLastWarn());
+  commNotePeerFailure(comm, c->peer);
+  WARN("rank %d: the %s connection %s rank %d on channel %d failed: %s", comm->rank, c->transport->name,
+       c->isSend ? "to" : "from", c->peer, c->channel, why);
+  return res;
+}
 static inline commResult_t connProgress(commComm* comm, commConn* c) {
-  return c->transport->progress ? c->transport->progress(comm, c) : commSuccess;
+  commResult_t res = c->transport->progress ? c->transport->progress(comm, c) : commSuccess;
+  return __builtin_expect(res == commSuccess, 1) ? res : connFailed(comm, c, res);
 }
 static inline char* sendSlot(commComm* comm, commConn* c, commResult_t* err) {
   char* s = sendSlotNow(c);

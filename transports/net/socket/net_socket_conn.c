@@ -58,7 +58,7 @@ static commResult_t sockConnectSockets(sockComm* c, const sockHandle* h, int wit
   int64_t deadline = commTimeNs() + (int64_t)SOCK_CONNECT_MS * 1000000;
   for (int i = withCtrl ? 0 : 1; i <= c->nData; i++) {
     int fd = -1;
-    COMMCHECK(commSocketConnect(&h->addr, &fd, deadline, NULL));
+    COMMCHECK(commSocketConnectListening(&h->addr, &fd, deadline, NULL));
     if (i == 0) c->ctrlFd = fd;
     else c->dataFds[i - 1] = fd;
     sockTune(fd);
@@ -130,7 +130,7 @@ commResult_t sockConnectPaired(int dev, void* handle, void* pairListen, void** s
     int64_t deadline = commTimeNs() + (int64_t)SOCK_CONNECT_MS * 1000000;
     int fd = -1;
     sockHello hello = {peerMagic, (uint16_t)SOCK_HELLO_PAIRED, (uint16_t)c->nData};
-    res = commSocketConnect(&h->addr, &fd, deadline, NULL);
+    res = commSocketConnectListening(&h->addr, &fd, deadline, NULL);
     if (res == commSuccess) {
       c->ctrlFd = fd;
       sockTune(fd);
