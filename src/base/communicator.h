@@ -115,11 +115,12 @@ struct commComm {
   pthread_mutex_t errorLock;
   int closing; /* freeComm started: the bootstrap's thread no longer touches the executors */
   int peerFailureKnown;
-  int peerFailureRank;     /* the rank that failed (-1 unknown) */
-  int peerFailureReporter; /* the rank that found it */
-  int peerFailureResult;   /* commResult_t */
-  uint64_t peerFailureSeq; /* operations numbered below it may still complete (commBootstrapFailure.opSeq) */
-  uint64_t failingSeq;     /* this rank: the collective sequence number of its operation that failed (0: not a
+  int peerFailureForwarded; /* this rank passed the notice on (commErrorForward) */
+  int peerFailureRank;      /* the rank that failed (-1 unknown) */
+  int peerFailureReporter;  /* the rank that found it */
+  int peerFailureResult;    /* commResult_t */
+  uint64_t peerFailureSeq;  /* operations numbered below it may still complete (commBootstrapFailure.opSeq) */
+  uint64_t failingSeq;      /* this rank: the collective sequence number of its operation that failed (0: not a
                             * collective, or not an operation) */
   char peerFailureReason[256];
   char lastError[256]; /* the root cause of the first failure (errorLock) */

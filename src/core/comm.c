@@ -331,6 +331,7 @@ static int idIsZero(const commUniqueId* id) {
 }
 
 static void freeComm(struct commComm* comm) {
+  commErrorForward(comm);
   commErrorClosing(comm); /* the bootstrap's thread leaves the executors alone from here on */
   commDevFree(comm);      /* waits for this comm's kernels (ended by now, aborted, or timing out) */
   commTransportCloseAll(comm);
@@ -671,6 +672,7 @@ static commResult_t finalizeHeld(comm_t comm) {
       commSetAsyncError(comm, res); /* the ranks still in the barrier hear of it now */
     }
   }
+  commErrorForward(comm);
   commTransportCloseAll(comm);
   comm->finalized = 1;
   return commNoteCallError(comm, res);

@@ -108,6 +108,26 @@ void commErrorBootstrapOpts(struct commComm* comm, commBootstrapOpts* opts) {
   opts->failureArg = comm;
 }
 
+void commErrorForward(struct commComm* comm) {
+  if (comm->bootstrap == NULL || comm->nRanks < 2 || commAborted(comm) == COMM_ABORT_USER) return;
+  commBootstrapFailure f;
+  memset(&f, 0, sizeof(f));
+  pthread_mutex_lock(&comm->errorLock);
+  int forward = comm->peerFailureKnown && !comm->peerFailureForwarded && comm->peerFailureRank != comm->rank;
+  if (forward) {
+    comm->peerFailureForwarded = 1;
+    f.culprit = comm->peerFailureRank;
+    f.reporter = comm->rank;
+    f.result = comm->peerFailureResult;
+    f.opSeq = comm->peerFailureSeq;
+    copyText(f.reason, sizeof(f.reason), comm->peerFailureReason);
+  }
+  pthread_mutex_unlock(&comm->errorLock);
+  /* Before this rank's connections close: a peer that sees them close has heard who failed first. */
+  if (forward && bootstrapReportFailure(comm->bootstrap, &f) != commSuccess)
+    WARN_NOTICE("rank %d: could not pass the failure of rank %d on to every rank", comm->rank, f.culprit);
+}
+
 void commErrorClosing(struct commComm* comm) {
   pthread_mutex_lock(&comm->errorLock);
   comm->closing = 1;
@@ -130,9 +150,10 @@ static void reportFailure(struct commComm* comm, commResult_t res, const char* c
   /* No bootstrap yet (the rendezvous failed): the root told every rank already. */
   if (abortState == COMM_ABORT_PEER_FAILED || comm->bootstrap == NULL || comm->nRanks < 2) return;
   /* A rank that found a failure reports it before it leaves, so this rank may have seen it leave (a closed
-   * connection, a FIFO gone) a moment before its notice is taken: give the notice that moment, so that every
-   * rank names the rank that failed first, not the neighbour that left after it. */
-  if (abortState != COMM_ABORT_USER) {
+   * connection, a FIFO gone: what a transport notes as failedPeer) a moment before its notice is taken: give
+   * the notice that moment, so that every rank names the rank that failed first, not the neighbour that left
+   * after it. What the bootstrap found (a refused listener, a probe) is reported at once. */
+  if (abortState != COMM_ABORT_USER && __atomic_load_n(&comm->failedPeer, __ATOMIC_ACQUIRE) >= 0) {
     int64_t until = commTimeNs() + COMM_NOTICE_GRACE_MS * 1000000LL;
     while (commTimeNs() < until && commAborted(comm) != COMM_ABORT_PEER_FAILED) sched_yield();
     if (commAborted(comm) == COMM_ABORT_PEER_FAILED) return;

@@ -34,6 +34,9 @@ void commRecordError(comm_t comm, const char* text);
 commResult_t commNoteCallError(comm_t comm, commResult_t res);
 /* Init: the bootstrap tells this communicator of other ranks' failures. */
 void commErrorBootstrapOpts(struct commComm* comm, commBootstrapOpts* opts);
+/* Leaving (finalize, destroy) after another rank's failure: pass the notice on before the connections close,
+ * so that no peer takes this rank's orderly departure for the failure. */
+void commErrorForward(struct commComm* comm);
 /* Destroy: from here on a failure report no longer touches the executors. */
 void commErrorClosing(struct commComm* comm);
 
