@@ -329,6 +329,9 @@ void bootstrapClearFailure(commBootstrap* b) {
   if (b == NULL) return;
   pthread_mutex_lock(&b->mu);
   COMM_STORE_REL(&b->failed, 0);
+  /* Notices still on their way (every survivor reports the same failure) are ignored too, not taken as a
+   * first one: commShrink's survivors talk over this bootstrap from now on. */
+  if (b->failureNotices == 0) b->failureNotices = 1;
   pthread_mutex_unlock(&b->mu);
 }
 

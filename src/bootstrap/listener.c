@@ -120,11 +120,7 @@ static void takeNotice(lsnState* st, commBootstrapFailure* f, int src) {
   f->reason[sizeof(f->reason) - 1] = '\0';
   pthread_mutex_lock(&b->mu);
   int first = b->failureNotices++ == 0;
-  if (first) {
-    COMM_STORE_REL(&b->failed, 1);
-    b->failure = *f;
-  }
-  pthread_cond_broadcast(&b->cv);
+  if (first) b->failure = *f;
   pthread_mutex_unlock(&b->mu);
   if (!first) {
     INFO(COMM_BOOTSTRAP, "rank %d: another failure notice (rank %d about rank %d) ignored", b->rank, src, f->culprit);
@@ -132,7 +128,12 @@ static void takeNotice(lsnState* st, commBootstrapFailure* f, int src) {
   }
   WARN("rank %d: rank %d reports that rank %d failed: %s (error %d)", b->rank, f->reporter, f->culprit, f->reason,
        f->result);
+  /* The owner hears of it before any wait ends because of it: whoever a wait returns to finds it recorded. */
   if (b->onFailure != NULL) b->onFailure(b->failureArg, f);
+  pthread_mutex_lock(&b->mu);
+  COMM_STORE_REL(&b->failed, 1);
+  pthread_cond_broadcast(&b->cv);
+  pthread_mutex_unlock(&b->mu);
 }
 
 /* The handshake is done: what the peer asked for. */

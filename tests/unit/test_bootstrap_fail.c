@@ -106,7 +106,7 @@ static void* recvFrom(void* arg) {
 }
 
 /* Rank 2 reports that rank 3 failed while ranks 0 and 1 wait for rank 3: both waits end at once with
- * commRemoteError, each rank's onFailure runs once with culprit 3 and reporter 2; rank 3 is not told. */
+ * commRemoteError, each rank's onFailure runs once with culprit 3 and reporter 2; rank 3 (alive) is told too. */
 static void test_failure_report(void** state) {
   (void)state;
   commBootstrap* bs[NRANKS];
