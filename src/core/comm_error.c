@@ -113,7 +113,9 @@ void commErrorForward(struct commComm* comm) {
   commBootstrapFailure f;
   memset(&f, 0, sizeof(f));
   pthread_mutex_lock(&comm->errorLock);
-  int forward = comm->peerFailureKnown && !comm->peerFailureForwarded && comm->peerFailureRank != comm->rank;
+  /* Not when this rank reported it (everyone was told) or is the culprit. */
+  int forward = comm->peerFailureKnown && !comm->peerFailureForwarded && comm->peerFailureRank != comm->rank &&
+                comm->peerFailureReporter != comm->rank;
   if (forward) {
     comm->peerFailureForwarded = 1;
     f.culprit = comm->peerFailureRank;
