@@ -129,9 +129,10 @@ struct commComm {
   struct commComm* parent;
 };
 
-/* abortFlag values. Every wait of every layer gives up when it reads a non-zero value. */
+/* abortFlag values. A wait gives up when it reads a non-zero value (after a peer's failure the host executor
+ * still lets the collectives numbered before the failed one finish: peerFailureSeq). */
 #define COMM_ABORT_NONE 0
-#define COMM_ABORT_USER 1        /* commAbort (or commDestroy of a comm whose calls are still inside) */
+#define COMM_ABORT_USER 1        /* commAbort */
 #define COMM_ABORT_PEER_FAILED 2 /* a rank of the communicator failed (peerFailure* says which and why) */
 
 static inline int commAborted(const struct commComm* comm) {
