@@ -379,36 +379,11 @@ static int freePort(void) {
   return port;
 }
 
-/* A free port below the ephemeral range, as launchers choose for COMM_ROOT: inside that range, the
- * connections of the ranks that start before the root could take the port as their local port. */
-static int freeRootPort(void) {
-  int lo = 32768, hi = 60999;
-  FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
-  if (f != NULL) {
-    if (fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768;
-    fclose(f);
-  }
-  int base = lo > 12000 ? lo - 10000 : 2000;
-  int start = (int)(commTimeNs() / 1000 % 9000);
-  for (int i = 0; i < 9000; i++) {
-    commSockAddr a;
-    assert_int_equal(commSocketParseAddr("127.0.0.1:0", &a), commSuccess);
-    a.sin.sin_port = htons((uint16_t)(base + (start + i) % 9000));
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(s >= 0);
-    int rc = bind(s, &a.sa, sizeof(a.sin));
-    close(s);
-    if (rc == 0) return ntohs(a.sin.sin_port);
-  }
-  fail_msg("no free port below the ephemeral range");
-  return -1;
-}
-
 static void runRootAddr(const char* fmt) {
   const int n = 3;
   char hostport[64];
   rankArgs args[MAX_RANKS];
-  snprintf(hostport, sizeof(hostport), fmt, freeRootPort());
+  snprintf(hostport, sizeof(hostport), fmt, tbFreeRootPort());
   prepare(args, n, NULL, 20000);
   pthread_t th[MAX_RANKS];
   /* Ranks that start before the root retry their connection until it listens. */

@@ -62,7 +62,8 @@ static inline void tbAssertClosedByPeer(int fd) {
   close(fd);
 }
 
-/* A free port below the ephemeral range, as launchers choose for COMM_ROOT. */
+/* A free port below the ephemeral range, as launchers choose for COMM_ROOT: inside that range, the
+ * connections of the ranks that start before the root could take the port as their local port. */
 static inline int tbFreeRootPort(void) {
   int lo = 32768, hi = 60999;
   FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
