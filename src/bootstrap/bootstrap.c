@@ -98,6 +98,15 @@ static void freeBootstrap(commBootstrap* b) {
   free(b);
 }
 
+/* A client connection of this rank to peer's listener, asking for `type`. */
+static void cliConnTo(const commBootstrap* b, int peer, uint32_t type, bootCliConn* c) {
+  memset(c, 0, sizeof(*c));
+  c->addr = b->peers[peer];
+  c->auth.type = type;
+  c->auth.rank = b->rank;
+  c->auth.nranks = b->nranks;
+}
+
 /* What a handshake that did not complete means, as a WARN and a result. `what` names the operation. */
 static commResult_t cliFailure(commBootstrap* b, const bootCliConn* c, int peer, const char* what) {
   char a[BOOT_ADDR_STR];
@@ -352,10 +361,7 @@ commResult_t bootstrapReportFailure(commBootstrap* b, const commBootstrapFailure
   for (int r = 0; r < b->nranks; r++) {
     if (r == b->rank) continue; /* the culprit too: it may be alive (mismatched calls, a skipped call) */
     bootCliConn* c = &cs[n];
-    c->addr = b->peers[r];
-    c->auth.type = BOOT_TYPE_FAILURE;
-    c->auth.rank = b->rank;
-    c->auth.nranks = b->nranks;
+    cliConnTo(b, r, BOOT_TYPE_FAILURE, c);
     c->auth.size = sizeof(f);
     c->payload = &f;
     peerOf[n++] = r;
@@ -393,11 +399,7 @@ commResult_t bootstrapProbe(commBootstrap* b, int rank, int64_t timeoutMs) {
     return commInvalidArgument;
   }
   bootCliConn c;
-  memset(&c, 0, sizeof(c));
-  c.addr = b->peers[rank];
-  c.auth.type = BOOT_TYPE_PING;
-  c.auth.rank = b->rank;
-  c.auth.nranks = b->nranks;
+  cliConnTo(b, rank, BOOT_TYPE_PING, &c);
   commResult_t res = bootCliRun(&c, 1, b->key, commDeadlineNs(timeoutMs), b->abortFlag, NULL, 0);
   if (res == commInternalError && isAborted(b)) WARN("rank %d: bootstrap probe of rank %d aborted", b->rank, rank);
   if (res != commSuccess) return res;
@@ -419,11 +421,7 @@ commResult_t bootstrapProbe(commBootstrap* b, int rank, int64_t timeoutMs) {
 static commResult_t sendMsg(commBootstrap* b, int peer, int tag, const void* data, size_t size, int64_t deadlineNs,
                             const int* failFlag) {
   bootCliConn c;
-  memset(&c, 0, sizeof(c));
-  c.addr = b->peers[peer];
-  c.auth.type = BOOT_TYPE_MSG;
-  c.auth.rank = b->rank;
-  c.auth.nranks = b->nranks;
+  cliConnTo(b, peer, BOOT_TYPE_MSG, &c);
   c.auth.tag = tag;
   c.auth.size = size;
   c.auth.seq = b->sendSeq[peer];
@@ -473,11 +471,7 @@ static void waitSlice(commBootstrap* b, int64_t deadlineNs) {
 /* Is peer's process gone? Only a refused connection says so for sure (a slow or stopped one may still come). */
 static int peerRefuses(commBootstrap* b, int peer) {
   bootCliConn c;
-  memset(&c, 0, sizeof(c));
-  c.addr = b->peers[peer];
-  c.auth.type = BOOT_TYPE_PING;
-  c.auth.rank = b->rank;
-  c.auth.nranks = b->nranks;
+  cliConnTo(b, peer, BOOT_TYPE_PING, &c);
   if (bootCliRun(&c, 1, b->key, commDeadlineNs(BOOT_LIVENESS_PROBE_MS), b->abortFlag, NULL, 0) != commSuccess) return 0;
   return c.phase != BOOT_CLI_DONE && c.fail == BOOT_FAIL_REFUSED;
 }
