@@ -463,7 +463,8 @@ static commResult_t connectImpl(const commSockAddr* addr, int* fd, int64_t deadl
     }
     close(s);
     if (!retryRefused && err == ECONNREFUSED) {
-      WARN("connect to %s: connection refused: nobody listens there any more (the peer is gone)",
+      /* No WARN: the caller knows whose address this is and says so (its WARN is the failure's cause). */
+      INFO(COMM_INIT | COMM_NET, "connect to %s: connection refused: nobody listens there any more (the peer is gone)",
            commSocketAddrStr(addr, buf, sizeof(buf)));
       return commRemoteError;
     }

@@ -173,10 +173,16 @@ static commResult_t netFail(commConn* conn, commResult_t res) {
 }
 
 /* Setting a connection up failed: an error at once. */
-static commResult_t netSetupFail(commConn* conn, const char* what, commResult_t res) {
+/* A setup call of the plugin failed. commRemoteError (the plugin found the peer gone: a connect refused, a
+ * connection closed) names the peer as the failure's culprit. */
+static commResult_t netSetupFail(struct commComm* comm, commConn* conn, const char* what, commResult_t res) {
   netSetFailed((netPriv*)conn->priv);
-  WARN("net connection %s rank %d: %s failed", conn->isSend ? "to" : "from", conn->peer, what);
-  return res == commSuccess ? commRemoteError : res;
+  if (res == commSuccess) res = commRemoteError;
+  if (res == commRemoteError) commNotePeerFailure(comm, conn->peer);
+  WARN("net connection %s rank %d on channel %d: %s failed: %s", conn->isSend ? "to" : "from", conn->peer,
+       conn->channel, what,
+       res == commRemoteError ? "the peer is gone or the network failed" : commGetErrorString(res));
+  return res;
 }
 
 /* Calls fn until *out is non-NULL, giving up at the comm's deadline or abort. */
@@ -186,7 +192,7 @@ static commResult_t netWait(struct commComm* comm, commConn* conn, const char* w
   commBackoff bo = {0};
   for (;;) {
     commResult_t res = fn(a, b, out);
-    if (res != commSuccess) return netSetupFail(conn, what, res);
+    if (res != commSuccess) return netSetupFail(comm, conn, what, res);
     if (*out) return commSuccess;
     if (commAborted(comm)) {
       WARN("net connection %s rank %d: %s aborted", conn->isSend ? "to" : "from", conn->peer, what);
@@ -253,7 +259,7 @@ static commResult_t netRecvSetup(struct commComm* comm, commConn* conn, void* in
   COMMCHECK(netSetup(comm, conn));
   netPriv* p = (netPriv*)conn->priv;
   commResult_t res = p->net->listen(p->dev, info, &p->listenComm);
-  if (res != commSuccess) return netSetupFail(conn, "listen", res);
+  if (res != commSuccess) return netSetupFail(comm, conn, "listen", res);
   ((char*)info)[PAIR_FLAG_AT] = (char)netPairOffer(comm, conn);
   if (comm->net->nDevs > 1)
     INFO(COMM_NET | COMM_INIT, "NET : channel %02d : rank %d receives from rank %d on device %d (%s)", conn->channel,
@@ -272,7 +278,7 @@ static commResult_t netSendConnect(struct commComm* comm, commConn* conn, const 
   commResult_t res = p->onDevice ? netDevRegMr(conn, p, p->sendComm)
                                  : p->net->regMr(p->sendComm, conn->slots, (size_t)conn->nSlots * conn->slotBytes,
                                                  COMM_PTR_HOST, &p->mhandle);
-  if (res != commSuccess) return netSetupFail(conn, "regMr", res);
+  if (res != commSuccess) return netSetupFail(comm, conn, "regMr", res);
   return netRegister(comm, conn);
 }
 
@@ -285,7 +291,7 @@ static commResult_t netRecvConnect(struct commComm* comm, commConn* conn, const 
   commResult_t res = p->onDevice ? netDevRegMr(conn, p, p->recvComm)
                                  : p->net->regMr(p->recvComm, conn->slots, (size_t)conn->nSlots * conn->slotBytes,
                                                  COMM_PTR_HOST, &p->mhandle);
-  if (res != commSuccess) return netSetupFail(conn, "regMr", res);
+  if (res != commSuccess) return netSetupFail(comm, conn, "regMr", res);
   return netRegister(comm, conn);
 }
 
