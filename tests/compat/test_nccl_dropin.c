@@ -132,6 +132,9 @@ static void handles(ncclComm_t comm, ncclComm_t other) {
 }
 
 static ncclComm_t abortComm;
+static int abortDone[2]; /* a pipe: the last rank writes a byte once its aborted call has returned */
+/* The abort may land before the call waits or while it waits (the second, with this pause, nearly always):
+ * either way the call must fail, and soon. */
 static void* watchdog(void* arg) {
   (void)arg;
   sleep(1);
@@ -243,8 +246,11 @@ static int rankMain(ncclUniqueId id, ncclUniqueId abortId) {
       double took = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
       CHECK(r != ncclSuccess, "the aborted allreduce succeeded");
       CHECK(took < 30.0, "the aborted allreduce took %.1f s", took);
+      CHECK(write(abortDone[1], "x", 1) == 1, "telling rank 0");
     } else if (c) {
-      sleep(3); /* never joins: the peer's call must end by the abort */
+      /* Never joins: the peer's call must end by its own abort, so this rank aborts only after it has. */
+      char b = 0;
+      CHECK(read(abortDone[0], &b, 1) == 1, "waiting for the last rank's aborted call");
       ncclCommAbort(c);
     }
   }
@@ -296,6 +302,7 @@ int main(int argc, char** argv) {
    * it forks (a child of a threaded parent may inherit a lock held by a thread it does not have). */
   pid_t pid[MAXN + 1];
   int fds[MAXN + 1][2];
+  if (pipe(abortDone) != 0) return 2;
   for (int r = 0; r <= nRanks; r++) {
     fflush(NULL);
     if (pipe(fds[r]) != 0 || (pid[r] = fork()) < 0) return 2;

@@ -253,6 +253,7 @@ int runSolo(rankCtx* x, int isAbort) {
     if (took > 5.0 && (bad = 1)) report(x, what, "the call blocked %.1f s (device buffers: must return at once)", took);
     if (isAbort) {
       if (rc == commSuccess && !__atomic_load_n(&w.done, __ATOMIC_ACQUIRE)) {
+        /* A check that nothing happens (the kernel, whose peers never join, must still run), not an order. */
         sleepMs(200);
         cudaError_t q = cudaStreamQuery(x->stream);
         if (q != cudaErrorNotReady && (bad = 1))
@@ -299,7 +300,8 @@ int runPeerGone(rankCtx* x) {
     fflush(NULL);
     _exit(0);
   }
-  sleepMs(300);
+  /* No wait for the exit: whether the peer is gone before the call or leaves while its kernel waits, the
+   * call (or the kernel after it) ends with commRemoteError. */
   double t0 = now();
   commResult_t rc = commAllReduce(x->ds, x->dr, 1001, commFloat32, commSum, x->comm, (commStream_t)x->stream);
   commResult_t async = commSuccess;
