@@ -52,10 +52,11 @@ comm_it_test(mp_colls.nonblocking.np3 COMMAND mp_colls -w 200 -np 3 -nb LABELS m
 # The socket (NET) transport between processes of one host.
 comm_it_test(mp_colls.socket.np2 COMMAND ${COMM_KNOB_CHECK} ${COMM_KNOB_SOCKET} -- -w 200 -np 2
   ENV "COMM_SHM_DISABLE=1" LABELS mp)
-# Helper threads carry messages from 64 KiB (the default on machines of 8 cores and more). (The library logs
-# no line when a connection starts its helper threads: the check is that the socket connections read 64 KiB.)
+# Helper threads carry messages from 64 KiB (the default on machines of 8 cores and more): the setting is
+# read, and connections start their helper threads with it.
 comm_it_test(mp_colls.socket.threaded.np2 COMMAND ${COMM_KNOB_CHECK} ${COMM_KNOB_SOCKET}
-  -e "COMM_SOCKET_INLINE set by environment to 65536$" -- -w 200 -np 2
+  -e "COMM_SOCKET_INLINE set by environment to 65536$" -e "helper threads carry messages from 65536 bytes$" --
+  -w 200 -np 2
   ENV "COMM_SHM_DISABLE=1;COMM_SOCKET_INLINE=64K" LABELS mp)
 comm_it_test(mp_colls.socket.np3 COMMAND ${COMM_KNOB_CHECK} ${COMM_KNOB_SOCKET} -- -w 200 -np 3
   ENV "COMM_SHM_DISABLE=1" LABELS mp)

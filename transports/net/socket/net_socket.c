@@ -233,6 +233,8 @@ static commResult_t sockStartThreads(sockComm* c) {
     sockBindNearDevice(t, c->dev);
   }
   c->threadsStarted = 1;
+  INFO(COMM_NET, "NET/Socket : %s connection on device %d: %d helper threads carry messages from %zu bytes",
+       c->isSend ? "send" : "receive", c->dev, c->nThreads, c->inlineBytes);
   return commSuccess;
 }
 
