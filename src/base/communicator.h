@@ -108,7 +108,8 @@ struct commComm {
   int finalized;
   pthread_t initThread;
   uint64_t opCount;   /* operations issued (collectives, point-to-point batches, splits), for log lines */
-  uint64_t collCount; /* collectives issued: the sequence number every rank's signature of one carries */
+  uint64_t collCount; /* collectives issued: the sequence number every rank's signature of one carries (atomic:
+                       * the bootstrap's listener thread reads it to answer probes) */
   /* errorLock guards lastError, closing and the peer failure: set once, when another rank reported a failure
    * or this rank found one (who failed, who found it, the result and the reason), the cause every later
    * error message of this communicator names (src/core/comm_error.c). */
@@ -122,6 +123,8 @@ struct commComm {
   uint64_t peerFailureSeq;  /* operations numbered below it may still complete (commBootstrapFailure.opSeq) */
   uint64_t failingSeq;      /* this rank: the collective sequence number of its operation that failed (0: not a
                             * collective, or not an operation) */
+  uint64_t failingColl;     /* this rank: 1 + the sequence number of its collective that failed (0: none: send/recv,
+                            * or not an operation); a timeout's culprit search asks who never called it */
   char peerFailureReason[256];
   char lastError[256]; /* the root cause of the first failure (errorLock) */
 

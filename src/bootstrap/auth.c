@@ -138,7 +138,7 @@ uint64_t bootMacAuth(const uint64_t key[2], const uint8_t nonceL[BOOT_NONCE_BYTE
 }
 
 uint64_t bootMacProof(const uint64_t key[2], const uint8_t nonceL[BOOT_NONCE_BYTES],
-                      const uint8_t nonceC[BOOT_NONCE_BYTES], uint64_t clientMac, uint32_t status) {
+                      const uint8_t nonceC[BOOT_NONCE_BYTES], uint64_t clientMac, uint32_t status, uint32_t progress) {
   bootSipHash h;
   bootSipInit(&h, key);
   bootSipUpdate(&h, BOOT_LABEL_LISTENER, BOOT_LABEL_LEN);
@@ -146,6 +146,7 @@ uint64_t bootMacProof(const uint64_t key[2], const uint8_t nonceL[BOOT_NONCE_BYT
   bootSipUpdate(&h, nonceC, BOOT_NONCE_BYTES);
   bootSipUpdate(&h, &clientMac, sizeof(clientMac));
   bootSipUpdate(&h, &status, sizeof(status));
+  bootSipUpdate(&h, &progress, sizeof(progress));
   return bootSipFinal(&h);
 }
 
@@ -199,7 +200,7 @@ static int recvSome(int fd, void* buf, size_t n, size_t* off) {
   return 0;
 }
 
-int bootSrvProgress(bootSrvConn* c, const uint64_t key[2], int* why) {
+int bootSrvProgress(bootSrvConn* c, const uint64_t key[2], uint32_t progress, int* why) {
   size_t before = c->off;
   if (recvSome(c->fd, &c->auth, sizeof(c->auth), &c->off) != 0) {
     *why = c->off >= sizeof(uint64_t) && c->auth.magic != BOOT_AUTH_MAGIC ? BOOT_DROP_GARBAGE : BOOT_DROP_CLOSED;
@@ -220,7 +221,8 @@ int bootSrvProgress(bootSrvConn* c, const uint64_t key[2], int* why) {
     return BOOT_SRV_DROP;
   }
   p.status = BOOT_PROOF_OK;
-  p.mac = bootMacProof(key, c->nonce, c->auth.nonce, c->auth.mac, p.status);
+  p.progress = progress;
+  p.mac = bootMacProof(key, c->nonce, c->auth.nonce, c->auth.mac, p.status, p.progress);
   if (!sendSmall(c->fd, &p, sizeof(p))) {
     *why = BOOT_DROP_CLOSED;
     return BOOT_SRV_DROP;
@@ -346,7 +348,8 @@ static void cliStep(bootCliConn* c, const uint64_t key[2]) {
           return;
         }
         if (c->proof.status != BOOT_PROOF_OK ||
-            c->proof.mac != bootMacProof(key, c->chal.nonce, c->auth.nonce, c->auth.mac, c->proof.status)) {
+            c->proof.mac !=
+                bootMacProof(key, c->chal.nonce, c->auth.nonce, c->auth.mac, c->proof.status, c->proof.progress)) {
           cliFail(c, BOOT_FAIL_FAKE);
           return;
         }

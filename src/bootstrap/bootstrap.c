@@ -282,6 +282,7 @@ commResult_t bootstrapInit(const commUniqueId* id, int rank, int nranks, const c
   b->abortFlag = opts != NULL ? opts->abortFlag : NULL;
   b->onFailure = opts != NULL ? opts->onFailure : NULL;
   b->failureArg = opts != NULL ? opts->failureArg : NULL;
+  b->progress = opts != NULL ? opts->progress : NULL;
   COMMCHECKGOTO(commCalloc(&b->peers, (size_t)nranks, sizeof(commSockAddr)), res, fail);
   COMMCHECKGOTO(commCalloc(&b->sendSeq, (size_t)nranks, sizeof(uint64_t)), res, fail);
   COMMCHECKGOTO(commCalloc(&b->recvContig, (size_t)nranks, sizeof(uint64_t)), res, fail);
@@ -393,7 +394,7 @@ out:
   return res;
 }
 
-commResult_t bootstrapProbe(commBootstrap* b, int rank, int64_t timeoutMs) {
+commResult_t bootstrapProbe(commBootstrap* b, int rank, int64_t timeoutMs, uint32_t* progress) {
   if (b == NULL || rank < 0 || rank >= b->nranks) {
     WARN("bootstrapProbe: invalid rank %d (or NULL bootstrap)", rank);
     return commInvalidArgument;
@@ -403,7 +404,10 @@ commResult_t bootstrapProbe(commBootstrap* b, int rank, int64_t timeoutMs) {
   commResult_t res = bootCliRun(&c, 1, b->key, commDeadlineNs(timeoutMs), b->abortFlag, NULL, 0);
   if (res == commInternalError && isAborted(b)) WARN("rank %d: bootstrap probe of rank %d aborted", b->rank, rank);
   if (res != commSuccess) return res;
-  if (c.phase == BOOT_CLI_DONE) return commSuccess;
+  if (c.phase == BOOT_CLI_DONE) {
+    if (progress) *progress = c.proof.progress;
+    return commSuccess;
+  }
   if (c.fail == BOOT_FAIL_TIMEOUT) {
     char a[BOOT_ADDR_STR];
     WARN("rank %d: rank %d (%s) did not answer a probe within %lld ms (stopped or hung?)", b->rank, rank,

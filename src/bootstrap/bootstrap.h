@@ -45,6 +45,9 @@ typedef struct {
    * wait in progress then ends with commRemoteError. NULL: not told. */
   void (*onFailure)(void* arg, const commBootstrapFailure* failure);
   void* failureArg;
+  /* The owner's count of collective calls, read (atomically) by the listener thread to answer probes, so that
+   * a rank that timed out can tell a peer that never made the call; NULL: probes are answered with 0. */
+  const uint64_t* progress;
 } commBootstrapOpts;
 
 commResult_t bootstrapInit(const commUniqueId* id, int rank, int nranks, const commBootstrapOpts* opts,
@@ -58,9 +61,10 @@ commResult_t bootstrapRecv(commBootstrap* b, int peer, int tag, void* data, size
 /* Tell every other rank of a failure (the culprit too: it may be alive, e.g. mismatched calls). Best effort and bounded: returns within
  * about a second whatever the peers do (a peer that is gone is skipped). */
 commResult_t bootstrapReportFailure(commBootstrap* b, const commBootstrapFailure* failure);
-/* Does rank's bootstrap still answer? commSuccess: it answered within timeoutMs; commRemoteError: it is gone
+/* Does rank's bootstrap still answer? commSuccess: it answered within timeoutMs (*progress, when not NULL: the
+ * low 32 bits of its collective calls so far, commBootstrapOpts.progress); commRemoteError: it is gone
  * (connection refused) or did not answer in time (stopped, hung). */
-commResult_t bootstrapProbe(commBootstrap* b, int rank, int64_t timeoutMs);
+commResult_t bootstrapProbe(commBootstrap* b, int rank, int64_t timeoutMs, uint32_t* progress);
 /* Later waits no longer end because of the failure notice taken so far (e.g. commShrink's survivors still talk
  * over the parent's bootstrap); onFailure is not called again, later notices are ignored. */
 void bootstrapClearFailure(commBootstrap* b);

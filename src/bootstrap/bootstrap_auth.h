@@ -6,8 +6,9 @@
  *   listener -> client  bootChallenge {magic, nonceL[16]}                       (sent at accept)
  *   client -> listener  bootAuthMsg {magic, nonceC[16], type, rank, nranks, tag, size, seq, remainingMs,
  *                                    addr, mac = SipHash(key, "client" label | nonceL | the fields)}
- *   listener -> client  bootProof {magic, status, mac = SipHash(key, "listener" label | nonceL | nonceC |
- *                                    client mac | status)}  (status REFUSED: wrong key, mac 0)
+ *   listener -> client  bootProof {magic, status, progress, mac = SipHash(key, "listener" label | nonceL |
+ *                                    nonceC | client mac | status | progress)}  (status REFUSED: wrong key,
+ *                                    mac 0; progress: a rank's collective calls so far, the root's 0)
  * The key never crosses the wire; both nonces are fresh, so neither side can replay the other's answer.
  * What follows the proof (a payload, the root's answer) carries a MAC of its own over both nonces. */
 #ifndef COMM_BOOTSTRAP_AUTH_H_
@@ -61,7 +62,7 @@ typedef struct {
 typedef struct {
   uint64_t magic;
   uint32_t status;
-  uint32_t pad;
+  uint32_t progress; /* the listener's rank: the low 32 bits of its collective calls so far (a probe's answer) */
   uint64_t mac;
 } bootProof;
 
@@ -83,7 +84,7 @@ commResult_t bootRandomBytes(void* buf, size_t n);
 
 uint64_t bootMacAuth(const uint64_t key[2], const uint8_t nonceL[BOOT_NONCE_BYTES], const bootAuthMsg* m);
 uint64_t bootMacProof(const uint64_t key[2], const uint8_t nonceL[BOOT_NONCE_BYTES],
-                      const uint8_t nonceC[BOOT_NONCE_BYTES], uint64_t clientMac, uint32_t status);
+                      const uint8_t nonceC[BOOT_NONCE_BYTES], uint64_t clientMac, uint32_t status, uint32_t progress);
 /* MAC of data that follows a handshake: label (16 chars), both nonces, then a and b. */
 uint64_t bootMacData(const uint64_t key[2], const char* label, const uint8_t nonceL[BOOT_NONCE_BYTES],
                      const uint8_t nonceC[BOOT_NONCE_BYTES], const void* a, size_t na, const void* b, size_t nb);
@@ -106,9 +107,9 @@ typedef struct {
 enum { BOOT_SRV_MORE = 0, BOOT_SRV_DONE = 1, BOOT_SRV_DROP = 2 };
 /* Takes an accepted non-blocking socket and sends the challenge. BOOT_SRV_MORE, or BOOT_SRV_DROP (*why). */
 int bootSrvStart(bootSrvConn* c, int fd, const commSockAddr* from);
-/* Reads what arrived; on a complete, valid auth sends the proof and returns BOOT_SRV_DONE (c->auth holds the
- * claim, c->fd stays open). BOOT_SRV_DROP: *why says why, the caller closes. */
-int bootSrvProgress(bootSrvConn* c, const uint64_t key[2], int* why);
+/* Reads what arrived; on a complete, valid auth sends the proof (with progress) and returns BOOT_SRV_DONE
+ * (c->auth holds the claim, c->fd stays open). BOOT_SRV_DROP: *why says why, the caller closes. */
+int bootSrvProgress(bootSrvConn* c, const uint64_t key[2], uint32_t progress, int* why);
 
 /* Rate-limited report of dropped strangers: one WARN per window at most, plus one when the listener ends. */
 typedef struct {

@@ -45,6 +45,7 @@ struct commBootstrap {
   uint64_t key[2];
   int64_t timeoutMs;
   const int* abortFlag;
+  const uint64_t* progress; /* the owner's collective calls so far, for probes' answers (NULL: none) */
   void (*onFailure)(void* arg, const commBootstrapFailure* failure);
   void* failureArg;
   int listenFd;

@@ -226,7 +226,8 @@ static commResult_t serve(lsnState* st, lsnConn* c) {
     return commSuccess;
   }
   int why = BOOT_DROP_GARBAGE;
-  int r = bootSrvProgress(&c->srv, st->b->key, &why);
+  const uint64_t* calls = st->b->progress;
+  int r = bootSrvProgress(&c->srv, st->b->key, calls ? (uint32_t)__atomic_load_n(calls, __ATOMIC_RELAXED) : 0, &why);
   if (r == BOOT_SRV_DROP) connDrop(st, c, why);
   if (r == BOOT_SRV_DONE) COMMCHECK(startAuthed(st, c));
   if (c->srv.fd >= 0 && c->authed) readPayload(st, c); /* the payload may be there already */

@@ -178,7 +178,7 @@ static commResult_t rootRegister(rootState* st, int i) {
 /* Progress the handshake of pending connection i. */
 static commResult_t rootReadPending(rootState* st, int i) {
   int why = BOOT_DROP_GARBAGE;
-  int r = bootSrvProgress(st->pending[i], st->key, &why);
+  int r = bootSrvProgress(st->pending[i], st->key, 0, &why);
   if (r == BOOT_SRV_DROP) rootClosePending(st, i, why);
   if (r == BOOT_SRV_DONE) COMMCHECK(rootRegister(st, i));
   return commSuccess;

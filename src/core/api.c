@@ -201,7 +201,7 @@ static commResult_t enqueueChecked(const apiDesc* d, const void* sendbuff, void*
   task.onDevice = onDevice;
   task.stream = stream;
   /* Every rank numbers its collectives alike, whichever path runs them (the signature carries it). */
-  if (!d->isP2p) task.collSeq = comm->collCount++;
+  if (!d->isP2p) task.collSeq = __atomic_fetch_add(&comm->collCount, 1, __ATOMIC_RELAXED);
   res = commEnqueue(&task);
 out:
   return res;

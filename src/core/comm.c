@@ -96,7 +96,7 @@ void commRelease(comm_t comm) { __atomic_fetch_sub(&comm->inFlight, 1, __ATOMIC_
 static int beforePeerFailure(struct commComm* comm) {
   pthread_mutex_lock(&comm->errorLock);
   int before = comm->peerFailureKnown && comm->peerFailureReporter != comm->rank &&
-               comm->collCount < comm->peerFailureSeq;
+               __atomic_load_n(&comm->collCount, __ATOMIC_RELAXED) < comm->peerFailureSeq;
   pthread_mutex_unlock(&comm->errorLock);
   return before;
 }

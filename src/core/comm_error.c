@@ -106,6 +106,7 @@ static void onPeerFailure(void* arg, const commBootstrapFailure* f) {
 void commErrorBootstrapOpts(struct commComm* comm, commBootstrapOpts* opts) {
   opts->onFailure = onPeerFailure;
   opts->failureArg = comm;
+  opts->progress = &comm->collCount;
 }
 
 void commErrorForward(struct commComm* comm) {
@@ -136,11 +137,21 @@ void commErrorClosing(struct commComm* comm) {
   pthread_mutex_unlock(&comm->errorLock);
 }
 
-/* After a timeout: the first rank whose bootstrap no longer answers (stopped, hung, gone), -1 if all do. */
-static int findUnresponsive(struct commComm* comm) {
+/* After a timeout: the first rank whose bootstrap no longer answers (stopped, hung, gone), -1 if all do.
+ * coll (1 + the sequence number of the collective this rank timed out in; 0: none) also asks each rank that
+ * answers how many collectives it has called: *skipper is the first that has not called that one (-1: none),
+ * *skipperCalls its count (the low 32 bits, as the probe carries them). */
+static int findUnresponsive(struct commComm* comm, uint64_t coll, int* skipper, uint32_t* skipperCalls) {
+  *skipper = -1;
   for (int i = 1; i < comm->nRanks; i++) {
     int r = (comm->rank + i) % comm->nRanks;
-    if (bootstrapProbe(comm->bootstrap, r, COMM_PROBE_TIMEOUT_MS) != commSuccess) return r;
+    uint32_t calls = 0;
+    if (bootstrapProbe(comm->bootstrap, r, COMM_PROBE_TIMEOUT_MS, &calls) != commSuccess) return r;
+    /* It made calls #0 .. #calls-1: not #(coll-1) when calls <= coll-1 (modulo 2^32). */
+    if (coll && *skipper < 0 && (int32_t)(calls - (uint32_t)(coll - 1)) <= 0) {
+      *skipper = r;
+      *skipperCalls = calls;
+    }
   }
   return -1;
 }
@@ -167,8 +178,19 @@ static void reportFailure(struct commComm* comm, commResult_t res, const char* c
     culprit = comm->rank;
     snprintf(reason, sizeof(reason), "rank %d aborted its communicator during an operation", comm->rank);
   } else {
-    if (culprit < 0 && res == commTimeout) culprit = findUnresponsive(comm);
-    if (res == commTimeout && culprit >= 0) {
+    int skipper = -1;
+    uint32_t skipperCalls = 0;
+    uint64_t coll = __atomic_load_n(&comm->failingColl, __ATOMIC_ACQUIRE);
+    if (culprit < 0 && res == commTimeout) {
+      culprit = findUnresponsive(comm, coll, &skipper, &skipperCalls);
+      if (culprit >= 0) skipper = -1; /* a rank that does not answer comes first */
+    }
+    if (skipper >= 0) {
+      culprit = skipper;
+      snprintf(reason, sizeof(reason),
+               "rank %d did not make the call: it answers, but has called %u collectives, not #%llu: %.100s", skipper,
+               skipperCalls, (unsigned long long)(coll - 1), cause);
+    } else if (res == commTimeout && culprit >= 0) {
       snprintf(reason, sizeof(reason), "rank %d does not answer (stopped or hung): %.130s", culprit, cause);
     } else if (res == commTimeout) {
       snprintf(reason, sizeof(reason), "every rank still answers, so a rank did not make the call: %.120s", cause);

@@ -252,6 +252,9 @@ static commResult_t runPlans(struct commComm** comms, commPlan*** plans, const i
       uint64_t seq = all[p]->func == commFuncSendRecv ? 0 : all[p]->sig.seq;
       uint64_t unset = 0;
       __atomic_compare_exchange_n(&all[p]->comm->failingSeq, &unset, seq, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+      unset = 0;
+      if (all[p]->func != commFuncSendRecv)
+        __atomic_compare_exchange_n(&all[p]->comm->failingColl, &unset, seq + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
       commSetAsyncError(all[p]->comm, res);
     }
   }

@@ -398,7 +398,7 @@ static void fakeServe(fakeListener* f) {
   tbRawSend(fd, &ch, sizeof(ch));
   assert_int_equal(commSocketRecvAll(fd, f->rec, sizeof(bootAuthMsg), commDeadlineNs(5000), NULL), commSuccess);
   f->n = sizeof(bootAuthMsg);
-  bootProof p = {.magic = BOOT_PROOF_MAGIC, .status = BOOT_PROOF_OK, .pad = 0, .mac = 0x1234567890abcdefull};
+  bootProof p = {.magic = BOOT_PROOF_MAGIC, .status = BOOT_PROOF_OK, .progress = 0, .mac = 0x1234567890abcdefull};
   tbRawSend(fd, &p, sizeof(p));
   /* Whatever else comes before the client hangs up. */
   for (;;) {

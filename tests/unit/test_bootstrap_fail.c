@@ -28,6 +28,7 @@ typedef struct {
   pthread_mutex_t mu;
   int calls;
   commBootstrapFailure first;
+  uint64_t progress; /* the rank's "collective calls", which its listener tells probes */
 } failureLog;
 
 static void onFailure(void* arg, const commBootstrapFailure* f) {
@@ -55,7 +56,11 @@ typedef struct {
 
 static void* initRank(void* arg) {
   initArgs* a = (initArgs*)arg;
-  commBootstrapOpts opts = {.timeoutMs = 20000, .abortFlag = NULL, .onFailure = onFailure, .failureArg = a->log};
+  commBootstrapOpts opts = {.timeoutMs = 20000,
+                            .abortFlag = NULL,
+                            .onFailure = onFailure,
+                            .failureArg = a->log,
+                            .progress = &a->log->progress};
   a->res = bootstrapInit(a->id, a->rank, a->nranks, &opts, &a->b);
   return NULL;
 }
@@ -172,9 +177,16 @@ static void test_probe(void** state) {
   failureLog logs[3];
   initAll(3, bs, logs);
   int64_t t0 = commTimeNs();
-  assert_int_equal(bootstrapProbe(bs[0], 1, 5000), commSuccess);
-  assert_int_equal(bootstrapProbe(bs[0], 0, 5000), commSuccess);
+  assert_int_equal(bootstrapProbe(bs[0], 1, 5000, NULL), commSuccess);
+  assert_int_equal(bootstrapProbe(bs[0], 0, 5000, NULL), commSuccess);
   assert_true(msSince(t0) < 5000);
+  /* The answer carries the rank's count of collective calls (the low 32 bits), as it is now. */
+  uint32_t calls = 99;
+  assert_int_equal(bootstrapProbe(bs[0], 1, 5000, &calls), commSuccess);
+  assert_int_equal(calls, 0);
+  __atomic_store_n(&logs[1].progress, (1ull << 32) + 41, __ATOMIC_RELAXED);
+  assert_int_equal(bootstrapProbe(bs[0], 1, 5000, &calls), commSuccess);
+  assert_int_equal(calls, 41);
 
   /* Rank 2 "stopped": its place taken by a socket that listens and never accepts. */
   commSockAddr sa;
@@ -184,7 +196,7 @@ static void test_probe(void** state) {
   bootTestSetPeerAddr(bs[0], 2, &sa);
   t0 = commTimeNs();
   commLogClearLastWarn();
-  assert_int_equal(bootstrapProbe(bs[0], 2, 300), commRemoteError);
+  assert_int_equal(bootstrapProbe(bs[0], 2, 300, NULL), commRemoteError);
   double ms = msSince(t0);
   assert_true(ms >= 250 && ms < 3000);
   assert_non_null(strstr(commLogLastWarn(), "did not answer a probe within 300 ms"));
@@ -197,7 +209,7 @@ static void test_probe(void** state) {
   bootstrapSetTimeout(bs[0], 10000);
   t0 = commTimeNs();
   commLogClearLastWarn();
-  assert_int_equal(bootstrapProbe(bs[0], 1, 5000), commRemoteError);
+  assert_int_equal(bootstrapProbe(bs[0], 1, 5000, NULL), commRemoteError);
   assert_true(msSince(t0) < 1000);
   assert_non_null(strstr(commLogLastWarn(), "rank 1 (127.0.0.1:"));
   assert_non_null(strstr(commLogLastWarn(), "is gone: connection refused"));
@@ -235,14 +247,14 @@ static void test_probe_silent_accept(void** state) {
   bootTestListenAddr(bs[1], &real);
   bootTestSetPeerAddr(bs[0], 1, &sa);
   int64_t t0 = commTimeNs();
-  assert_int_equal(bootstrapProbe(bs[0], 1, 200), commRemoteError);
+  assert_int_equal(bootstrapProbe(bs[0], 1, 200, NULL), commRemoteError);
   double ms = msSince(t0);
   assert_true(ms >= 150 && ms < 3000);
   int fd = -1;
   assert_int_equal(commSocketAccept(lfd, &fd, commDeadlineNs(1000), NULL), commSuccess);
   close(fd);
   bootTestSetPeerAddr(bs[0], 1, &real);
-  assert_int_equal(bootstrapProbe(bs[0], 1, 5000), commSuccess);
+  assert_int_equal(bootstrapProbe(bs[0], 1, 5000, NULL), commSuccess);
   close(lfd);
   closeAll(2, bs, logs);
 }
