@@ -229,6 +229,14 @@ static commResult_t shmSendConnect(struct commComm* comm, commConn* conn, const 
   p->kind = SHM_KIND_SHARED;
   snprintf(p->name, sizeof(p->name), "%s", si.name);
   int fd = shm_open(si.name, O_RDWR, 0600);
+  if (fd < 0 && errno == ENOENT) {
+    /* The peer made it and has removed it since: it closed its side (it failed, aborted or left). The peer
+     * is the culprit unless a notice of an earlier failure arrives in the grace the core gives it. */
+    commNotePeerFailure(comm, conn->peer);
+    WARN("SHM : rank %d on channel %d removed its FIFO (%s) before this rank attached: the peer closed its side",
+         conn->peer, conn->channel, si.name);
+    return commRemoteError;
+  }
   if (fd < 0) {
     WARN("SHM : shm_open(%s) of rank %d failed: %s", si.name, conn->peer, strerror(errno));
     return commSystemError;
