@@ -139,16 +139,21 @@ void commErrorClosing(struct commComm* comm) {
 
 /* After a timeout: the first rank whose bootstrap no longer answers (stopped, hung, gone), -1 if all do.
  * coll (1 + the sequence number of the collective this rank timed out in; 0: none) also asks each rank that
- * answers how many collectives it has called: *skipper is the first that has not called that one (-1: none),
- * *skipperCalls its count (the low 32 bits, as the probe carries them). */
+ * answers how many collectives it has called: *skipper is the one furthest behind among those that have not
+ * called that one (-1: none), *skipperCalls its count (the low 32 bits, as the probe carries them). Furthest
+ * behind: a rank stuck in an earlier collective because of the skipper has called that one, the skipper
+ * has not. */
 static int findUnresponsive(struct commComm* comm, uint64_t coll, int* skipper, uint32_t* skipperCalls) {
   *skipper = -1;
+  int32_t mostBehind = -1;
   for (int i = 1; i < comm->nRanks; i++) {
     int r = (comm->rank + i) % comm->nRanks;
     uint32_t calls = 0;
     if (bootstrapProbe(comm->bootstrap, r, COMM_PROBE_TIMEOUT_MS, &calls) != commSuccess) return r;
     /* It made calls #0 .. #calls-1: not #(coll-1) when calls <= coll-1 (modulo 2^32). */
-    if (coll && *skipper < 0 && (int32_t)(calls - (uint32_t)(coll - 1)) <= 0) {
+    int32_t behind = (int32_t)((uint32_t)(coll - 1) - calls);
+    if (coll && behind > mostBehind) {
+      mostBehind = behind;
       *skipper = r;
       *skipperCalls = calls;
     }
@@ -187,9 +192,12 @@ static void reportFailure(struct commComm* comm, commResult_t res, const char* c
     }
     if (skipper >= 0) {
       culprit = skipper;
-      snprintf(reason, sizeof(reason),
-               "rank %d did not make the call: it answers, but has called %u collectives, not #%llu: %.100s", skipper,
-               skipperCalls, (unsigned long long)(coll - 1), cause);
+      char text[320]; /* then cut to the notice's size */
+      snprintf(text, sizeof(text),
+               "rank %d did not make the call: it answers, but has called %u collectives, not #%u (this rank waits in "
+               "#%llu): %.80s",
+               skipper, skipperCalls, skipperCalls, (unsigned long long)(coll - 1), cause);
+      copyText(reason, sizeof(reason), text);
     } else if (res == commTimeout && culprit >= 0) {
       snprintf(reason, sizeof(reason), "rank %d does not answer (stopped or hung): %.130s", culprit, cause);
     } else if (res == commTimeout) {
