@@ -186,6 +186,10 @@ static void reportFailure(struct commComm* comm, commResult_t res, const char* c
     int skipper = -1;
     uint32_t skipperCalls = 0;
     uint64_t coll = __atomic_load_n(&comm->failingColl, __ATOMIC_ACQUIRE);
+    /* Not in a collective (finalize's barrier, a connection exchange): a rank behind this one's calls is the
+     * one to name, if any. */
+    const int inColl = coll != 0;
+    if (!inColl) coll = __atomic_load_n(&comm->collCount, __ATOMIC_RELAXED);
     if (culprit < 0 && res == commTimeout) {
       culprit = findUnresponsive(comm, coll, &skipper, &skipperCalls);
       if (culprit >= 0) skipper = -1; /* a rank that does not answer comes first */
@@ -194,9 +198,10 @@ static void reportFailure(struct commComm* comm, commResult_t res, const char* c
       culprit = skipper;
       char text[320]; /* then cut to the notice's size */
       snprintf(text, sizeof(text),
-               "rank %d did not make the call: it answers, but has called %u collectives, not #%u (this rank waits in "
+               "rank %d did not make the call: it answers, but has called %u collectives, not #%u (this rank %s "
                "#%llu): %.80s",
-               skipper, skipperCalls, skipperCalls, (unsigned long long)(coll - 1), cause);
+               skipper, skipperCalls, skipperCalls, inColl ? "waits in" : "has called up to",
+               (unsigned long long)(coll - 1), cause);
       copyText(reason, sizeof(reason), text);
     } else if (res == commTimeout && culprit >= 0) {
       snprintf(reason, sizeof(reason), "rank %d does not answer (stopped or hung): %.130s", culprit, cause);
