@@ -189,15 +189,38 @@ fail:
   return res;
 }
 
+/* Appends connection (c, peer, isSend) of the plan's kind to reqs unless it exists or is asked already. */
+static commResult_t requestConnection(commComm* comm, const commPlan* plan, int c, int peer, int isSend,
+                                      commConnRequest** reqs, int* nReqs, int* cap) {
+  commChannel* ch = &comm->channels[c];
+  commConn** table = plan->onDevice ? (isSend ? ch->devSend : ch->devRecv) : (isSend ? ch->send : ch->recv);
+  if (table[peer] != NULL) return commSuccess;
+  for (int i = 0; i < *nReqs; i++)
+    if ((*reqs)[i].channel == c && (*reqs)[i].peer == peer && (*reqs)[i].isSend == isSend &&
+        (*reqs)[i].onDevice == plan->onDevice)
+      return commSuccess;
+  if (*nReqs == *cap) {
+    int ncap = *cap ? *cap * 2 : 16;
+    COMMCHECK(commRealloc(reqs, (size_t)*cap, (size_t)ncap, sizeof(**reqs)));
+    *cap = ncap;
+  }
+  (*reqs)[(*nReqs)++] = (commConnRequest){c, peer, isSend, plan->onDevice};
+  return commSuccess;
+}
+
 /* The connections a plan's schedule uses that do not exist yet, without duplicates, appended to reqs. Most
  * calls need none (the ring's connections are made at init), so this costs a pointer check per step and no
- * allocation; the few missing ones are deduplicated by a scan of the short request list. */
+ * allocation; the few missing ones are deduplicated by a scan of the short request list. Device connections
+ * are made on first use; a channel's first ones include both of its ring's (send to the next rank, receive
+ * from the previous), whatever the plan: ranks whose plans differ (two broadcast roots: each only sends)
+ * then still make the same connections, and the mismatch is found by the signature of the first message
+ * instead of a connection exchange that waits for the timeout. */
 static commResult_t collectConnections(commComm* comm, const commPlan* plan, commConnRequest** reqs, int* nReqs,
                                        int* cap) {
   for (int c = 0; c < plan->sched.nChannels; c++) {
     const commChannelSched* cs = &plan->sched.channels[c];
     if (cs->nSteps > 0) COMMCHECK(commChannelEnsure(comm, c));
-    commChannel* ch = &comm->channels[c];
+    const int before = *nReqs;
     for (int s = 0; s < cs->nSteps; s++) {
       const commStep* st = &cs->steps[s];
       int peers[2] = {st->sendPeer, st->recvPeer};
@@ -208,21 +231,13 @@ static commResult_t collectConnections(commComm* comm, const commPlan* plan, com
           WARN("schedule names rank %d of %d", peer, comm->nRanks);
           return commInternalError;
         }
-        int isSend = k == 0;
-        commConn** table = plan->onDevice ? (isSend ? ch->devSend : ch->devRecv) : (isSend ? ch->send : ch->recv);
-        if (table[peer] != NULL) continue;
-        int dup = 0;
-        for (int i = 0; i < *nReqs && !dup; i++)
-          dup = (*reqs)[i].channel == c && (*reqs)[i].peer == peer && (*reqs)[i].isSend == isSend &&
-                (*reqs)[i].onDevice == plan->onDevice;
-        if (dup) continue;
-        if (*nReqs == *cap) {
-          int ncap = *cap ? *cap * 2 : 16;
-          COMMCHECK(commRealloc(reqs, (size_t)*cap, (size_t)ncap, sizeof(**reqs)));
-          *cap = ncap;
-        }
-        (*reqs)[(*nReqs)++] = (commConnRequest){c, peer, isSend, plan->onDevice};
+        COMMCHECK(requestConnection(comm, plan, c, peer, k == 0, reqs, nReqs, cap));
       }
+    }
+    const commChannel* ch = &comm->channels[c];
+    if (plan->onDevice && *nReqs > before && comm->nRanks > 1) {
+      COMMCHECK(requestConnection(comm, plan, c, ch->ringNext, 1, reqs, nReqs, cap));
+      COMMCHECK(requestConnection(comm, plan, c, ch->ringPrev, 0, reqs, nReqs, cap));
     }
   }
   return commSuccess;
