@@ -11,7 +11,12 @@
  * slot holds COMM_DEV_LL_PIECE data bytes in twice as many line bytes, in a region of the connection of its
  * own (a Simple message's data left in a slot could otherwise look like a valid flag). */
 #define COMM_DEV_LL_PIECE (16 << 10)
-#define COMM_DEV_LL_SLOT_BYTES (2 * COMM_DEV_LL_PIECE)
+/* An LL message's signature (exec_dev.h): the low half of its digest mixed into every data line's second
+ * flag, and the whole signature, a word per line, in COMM_DEV_LL_SIG_LINES lines at COMM_DEV_LL_SIG_OFF
+ * (plain flags), which a receiver reads only when its wait goes on: to tell a message of another operation. */
+#define COMM_DEV_LL_SIG_LINES 4
+#define COMM_DEV_LL_SIG_OFF (2 * COMM_DEV_LL_PIECE)
+#define COMM_DEV_LL_SLOT_BYTES (COMM_DEV_LL_SIG_OFF + 16 * COMM_DEV_LL_SIG_LINES)
 
 /* One direction of a device connection, as the kernel uses it. P2P: the FIFO (slots, sizes, head) is in
  * the receiver's device memory, tail in the sender's, so each side polls only its own memory. shm: all of

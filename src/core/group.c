@@ -165,8 +165,8 @@ COMM_API commResult_t commGroupSimulateEnd(float* estimatedUs) {
 static commResult_t runCachedTask(commTask* task, int* finished) {
   int launched = 0;
   commLogSetRank(task->comm->rank);
-  const commDevCall call = {task->func, task->count,    task->dtype,    &task->redop, task->devScalar,
-                            task->root, task->sendbuff, task->recvbuff, task->stream};
+  const commDevCall call = {task->func, task->count,   task->dtype,    &task->redop,   task->devScalar,
+                            task->root, task->collSeq, task->sendbuff, task->recvbuff, task->stream};
   commResult_t res = commDevRunCached(task->comm, &call, &launched);
   if (res != commSuccess) commSetAsyncError(task->comm, res);
   *finished = res != commSuccess || launched;

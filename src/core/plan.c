@@ -98,9 +98,9 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
   plan->devProto = choice.proto;
   /* A send step carries at most the protocol's step size, and never more than half the FIFO, so that
    * neighbours sending to each other never block. */
-  size_t slotBytes = !plan->onDevice                 ? comm->slotBytes - COMM_SLOT_HDR_BYTES /* the signature */
-                     : plan->devProto == commProtoLL ? COMM_DEV_LL_PIECE                     /* LL slots carry less */
-                                                     : comm->slotBytes;
+  size_t slotBytes = plan->onDevice && plan->devProto == commProtoLL
+                         ? COMM_DEV_LL_PIECE                      /* LL slots carry less */
+                         : comm->slotBytes - COMM_SLOT_HDR_BYTES; /* the signature */
   size_t slotElems = slotBytes / plan->eltSize;
   size_t fifoHalf = (size_t)(comm->nSlots / 2) * slotElems;
   args.chunkElems = choice.chunkBytes / plan->eltSize;

@@ -35,13 +35,35 @@ enum {
   COMM_DEV_ABORTED = 1,
   COMM_DEV_TIMEOUT = 2,
   COMM_DEV_SIZE_MISMATCH = 3,
-  COMM_DEV_NET_FAILED = 4
+  COMM_DEV_NET_FAILED = 4,
+  COMM_DEV_SIG_MISMATCH = 5 /* a message carried another operation's signature (got: its words, mine: ours) */
 };
+
+/* Every device message carries the signature of its operation, the host executor's commOpSig (exec.h),
+ * seen here as COMM_DEV_SIG_WORDS 64-bit words, the last one the collective sequence number. Simple: the
+ * first COMM_DEV_SIG_BYTES of each slot (the payload after it, and the slot's size counts both); LL: its
+ * digest (commDevSigDigest) in every data line's flags, and the words at a fixed place of the slot
+ * (dev_conn.h).
+ * The receiver compares it with its own before it writes a byte of what came to a user buffer. */
+#define COMM_DEV_SIG_WORDS 4
+#define COMM_DEV_SIG_BYTES (8 * COMM_DEV_SIG_WORDS)
+#define COMM_DEV_SIG_SEQ_WORD 3
+/* A 64-bit digest of a signature (multiply-xorshift rounds); LL lines carry its low half. */
+static inline uint64_t commDevSigDigest(const uint64_t* sig) {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < COMM_DEV_SIG_WORDS; i++) {
+    h ^= sig[i];
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 31;
+  }
+  return h == 0 ? 1 : h; /* never 0: a zeroed line never passes for a digest */
+}
 typedef struct {
   int32_t code; /* COMM_DEV_* of the first failure */
   int32_t channel, peer, isSend;
   uint64_t opCount;
-  uint64_t got, expected; /* bytes (size mismatch) */
+  uint64_t got, expected;                                         /* bytes (size mismatch) */
+  uint64_t gotSig[COMM_DEV_SIG_WORDS], mySig[COMM_DEV_SIG_WORDS]; /* signature mismatch */
 } commDevError;
 
 /* COMM_DEV_TRACE: end times of channel 0's first phases (a step, or steps run as a batch, chain or fold) */
@@ -74,12 +96,14 @@ typedef struct {
   uint32_t* proxyBusy;         /* plans with net connections: block c sets word c (mapped host memory) while
                                 * it runs, so the proxy thread moves their FIFOs (NULL: no net connection) */
   uint64_t opCount;
-  uint32_t smemPlanBytes; /* each block copies the connections and its channel's steps into this much
+  uint64_t sig[COMM_DEV_SIG_WORDS]; /* what every message of this plan carries and every one it receives must */
+  uint64_t sigDigest;               /* commDevSigDigest(sig) */
+  uint32_t smemPlanBytes;           /* each block copies the connections and its channel's steps into this much
                                 * dynamic shared memory first (0: it reads them in place; COMM_DEV_SMEM_PLAN) */
-  uint32_t earlyLaunch;   /* programmatic dependent launch (COMM_DEV_PDL): a one-channel kernel lets the
+  uint32_t earlyLaunch;             /* programmatic dependent launch (COMM_DEV_PDL): a one-channel kernel lets the
                                 * next kernel of its stream launch once it runs; every kernel waits for the
                                 * one before it to complete before its first global memory access */
-  uint32_t* doneBlocks;   /* device memory: every block adds 1 once all its stores are done (NULL when
+  uint32_t* doneBlocks;             /* device memory: every block adds 1 once all its stores are done (NULL when
                                 * captured in a graph); a call on another stream waits for the sum the host
                                 * expects (cuStreamWaitValue32), so no call records an event (exec_dev_stream.c) */
 } commDevPlanHdr;
@@ -134,6 +158,7 @@ typedef struct {
   const commRedOpArgs* redop;
   const void* devScalar; /* a PREMULSUM scalar in device memory, else NULL */
   int root;
+  uint64_t collSeq; /* the call's collective sequence number (its signature's, which a cached plan takes) */
   const void* sendbuff;
   void* recvbuff;
   commStream_t stream;

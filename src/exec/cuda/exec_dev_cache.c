@@ -95,6 +95,8 @@ commResult_t commDevRunCached(commComm* comm, const commDevCall* t, int* launche
   const int capturing = cs == cudaStreamCaptureStatusActive;
   COMMCHECKGOTO(commDevFollowLast(s, st, capturing), res, out);
   e->args.hdr.opCount = comm->opCount++;
+  e->args.hdr.sig[COMM_DEV_SIG_SEQ_WORD] = t->collSeq; /* the rest of the signature is the key's */
+  e->args.hdr.sigDigest = commDevSigDigest(e->args.hdr.sig);
   e->args.hdr.doneBlocks = capturing ? NULL : s->doneBlocks;
   if (e->args.hdr.proxyBusy) commTransportDevLaunched(comm);
   if (t0) t1 = commTimeNs();

@@ -1,8 +1,9 @@
 /* The CUDA executor's errors: the error record kernels write into mapped host memory when they give up
- * (timeout, abort, a failed network connection, a size mismatch), turned into a commResult_t and one WARN
+ * (timeout, abort, a failed network connection, a message of another operation or size), turned into a commResult_t and one WARN
  * per communicator, and, when asked, the executor stream's own CUDA state (commDevCheckError,
  * commDevPollError). */
 #include <cuda_runtime_api.h>
+#include <string.h>
 
 #include "check.h"
 #include "debug.h"
@@ -32,7 +33,17 @@ commResult_t commDevCheckError(commComm* comm, int queryStream) {
         WARN("rank %d: operation opCount %llu on device: the network connection %s rank %d on channel %d failed "
              "(the peer closed it or the network failed; COMM_DEBUG=INFO shows the NET proxy's line on it)",
              comm->rank, (unsigned long long)e->opCount, e->isSend ? "to" : "from", e->peer, e->channel);
-      else if (code == COMM_DEV_SIZE_MISMATCH)
+      else if (code == COMM_DEV_SIG_MISMATCH) {
+        commOpSig mine, theirs;
+        char a[160], b[160];
+        memcpy(&mine, (const void*)e->mySig, sizeof(mine));
+        memcpy(&theirs, (const void*)e->gotSig, sizeof(theirs));
+        commNotePeerFailure(comm, e->peer);
+        WARN("rank %d: mismatched calls: this rank called %s, rank %d called %s (the data it sent on channel %d, "
+             "on device): every rank must call the same collectives in the same order with the same root, op, "
+             "datatype and count",
+             comm->rank, commOpSigStr(&mine, a, sizeof(a)), e->peer, commOpSigStr(&theirs, b, sizeof(b)), e->channel);
+      } else if (code == COMM_DEV_SIZE_MISMATCH)
         WARN("rank %d: operation opCount %llu on device: received %llu bytes from rank %d on channel %d where %llu "
              "were expected: the ranks called this operation with different counts or datatypes",
              comm->rank, (unsigned long long)e->opCount, (unsigned long long)e->got, e->peer, e->channel,

@@ -5,6 +5,7 @@
  * at a later teardown). commDevLaunchPlan builds and launches one plan. */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,11 @@
 #include "exec_dev_int.h"
 #include "transport.h"
 #include "utils.h"
+
+/* The kernel sees the host executor's signature as words (exec_dev.h). */
+_Static_assert(sizeof(commOpSig) == COMM_DEV_SIG_BYTES && COMM_DEV_SIG_BYTES == COMM_SLOT_HDR_BYTES,
+               "a device message's signature is a host slot's header");
+_Static_assert(offsetof(commOpSig, seq) == 8 * COMM_DEV_SIG_SEQ_WORD, "the sequence number is the last word");
 
 #define PLAN_POOL 16 /* pinned plan buffers to start with (the pool grows, the host never waits) */
 
@@ -250,6 +256,8 @@ commResult_t commDevLaunchPlan(commComm* comm, const commPlan* plan, cudaStream_
   h->llStaging = s->llStaging;
   h->timeoutNs = comm->timeoutMs < 0 ? 0 : comm->timeoutMs == 0 ? 1 : (uint64_t)comm->timeoutMs * 1000000ull;
   h->opCount = plan->opCount;
+  memcpy(h->sig, &plan->sig, sizeof(h->sig));
+  h->sigDigest = commDevSigDigest(h->sig);
   h->doneBlocks = capturing ? NULL : s->doneBlocks;
   planBuf* pooled = NULL;
   void* host = NULL;

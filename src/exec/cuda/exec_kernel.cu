@@ -1,14 +1,16 @@
 /* The executor's kernel: one thread block per channel runs that channel's schedule steps in order, with
  * the Simple protocol over device FIFOs (src/exec/exec_dev.h).
  *
- * Per slot, the sender: thread 0 waits until the slot is free (tail), the block fills it with 16-byte
- * vector stores (applying the op where the step says), the block syncs, and thread 0 stores the slot's size,
- * fences (acquire-release; GPU scope, or system scope towards another GPU: cumulative, so it orders the
- * block's data stores it saw through the barrier too) and stores head. The receiver: thread 0 waits for
- * head, fences (acquire), the block syncs, the block reads the slot through L2 (ld.global.cg: the slot was
- * written by another SM, or another GPU, and L1 is not coherent), syncs, and thread 0 stores tail. Every wait watches the communicator's abort
- * flag (mapped host memory) and its timeout (globaltimer); on either, or on a slot whose size is not what
- * the step expects, the block records the failure in mapped host memory and all its threads return. */
+ * Per slot, the sender: thread 0 waits until the slot is free (tail), the block fills the slot's payload
+ * with 16-byte vector stores (applying the op where the step says) while thread 0 stores the operation's
+ * signature at the slot's start (exec_dev.h), the block syncs, and thread 0 stores the slot's size, fences (acquire-release;
+ * GPU scope, or system scope towards another GPU: cumulative, so it orders the block's data stores it saw
+ * through the barrier too) and stores head. The receiver: thread 0 waits for head, fences (acquire), reads
+ * size and signature, the block syncs and checks them, the block reads the payload through L2
+ * (ld.global.cg: the slot was written by another SM, or another GPU, and L1 is not coherent), syncs, and
+ * thread 0 stores tail. Every wait watches the communicator's abort flag (mapped host memory) and its timeout
+ * (globaltimer); on either, or on a slot of another operation or size than the step expects, the block
+ * records the failure in mapped host memory and all its threads return. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <string.h>
@@ -390,7 +392,10 @@ __device__ int waitAtLeast(Waiter& w, const uint64_t* p, uint64_t target) {
 __shared__ int sErr;
 extern __shared__ uint2 sPlan[]; /* hdr->smemPlanBytes: the plan's connections, then this channel's steps */
 __shared__ uint64_t sSendPos, sRecvPos, sRecvSize;
+__shared__ uint64_t sRecvSig[COMM_DEV_SIG_WORDS]; /* the signature of the slot at sRecvPos */
 __shared__ int sAction;
+
+#include "exec_sig.cuh" /* the operation signatures of the Simple protocol's slots */
 
 /* Thread 0: a free slot on c (its position in sSendPos). */
 __device__ int waitSend(Waiter& w, const commDevConn* c, uint32_t nSlots) {
@@ -401,23 +406,25 @@ __device__ int waitSend(Waiter& w, const commDevConn* c, uint32_t nSlots) {
    * the value of tail we read (stores are not speculated). */
   return waitAtLeast(w, c->tail, pos + 1 > nSlots ? pos + 1 - nSlots : 0);
 }
-/* Thread 0: a filled slot on c (position in sRecvPos, size in sRecvSize). */
+/* Thread 0: a filled slot on c (position in sRecvPos, size in sRecvSize, signature in sRecvSig). */
 __device__ int waitRecv(Waiter& w, const commDevConn* c, uint32_t nSlots) {
   uint64_t pos = loadVolatile(c->pos);
   sRecvPos = pos;
   w.waitConn[0] = c, w.waitConn[1] = NULL;
   int r = waitAtLeast(w, c->head, pos + 1);
   if (r == COMM_DEV_OK) {
-    fenceAcqRel(c->sysScope); /* the size was stored before head */
-    sRecvSize = loadVolatile(&c->sizes[pos % nSlots]);
+    fenceAcqRel(c->sysScope); /* the header was stored before head */
+    readSlotHeader(w.h, c, pos);
   }
   return r;
 }
-/* Thread 0, after the block's barrier: publish a filled slot. One fence, cumulative: it orders the size store
- * and the block's data stores (ordered before it by the barrier) before the head store, for observers on
- * this GPU (gpu scope), or on another GPU or the host (system scope, which costs more). */
-__device__ void postSend(const commDevConn* c, uint32_t nSlots, uint64_t pos, uint64_t bytes) {
-  storeVolatile(&c->sizes[pos % nSlots], bytes);
+/* Thread 0, after the block's barrier: publish a filled slot (its header stored, bytes: the payload's).
+ * One fence, cumulative: it orders the header and size stores and the block's data stores (ordered before
+ * it by the barrier) before the head store, for observers on this GPU (gpu scope), or on another GPU or the
+ * host (system scope, which costs more). */
+__device__ void postSend(const commDevPlanHdr* h, const commDevConn* c, uint64_t pos, uint64_t bytes) {
+  const uint32_t nSlots = h->nSlots;
+  storeVolatile(&c->sizes[pos % nSlots], bytes + COMM_DEV_SIG_BYTES);
   fenceAcqRel(c->sysScope);
   storeVolatile(c->head, pos + 1);
   storeVolatile(c->pos, pos + 1);
@@ -440,15 +447,17 @@ __device__ void fail(const Plan& p, int code, int channel, int peer, int isSend,
 
 /* ---- LL lines and the send-and-receive choice (Simple and LL) ---- */
 
-/* Is the line at p flagged `flag` (both halves)? Its data in d. */
-__device__ __forceinline__ bool llLine(const char* p, uint32_t flag, uint32_t* d) {
+/* Is the line at p flagged flag0 in its first half and flag1 in its second? Its data in d. With firstOnly,
+ * only the first half's flag is looked at (has a message begun to arrive?). */
+__device__ __forceinline__ bool llLine(const char* p, uint32_t flag0, uint32_t flag1, uint32_t* d,
+                                       bool firstOnly = false) {
   uint32_t d0, f0, d1, f1;
   asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
                : "l"(p)
                : "memory");
   d[0] = d0, d[1] = d1;
-  return f0 == flag && f1 == flag;
+  return f0 == flag0 && (firstOnly || f1 == flag1);
 }
 
 /* A send-and-receive step's choice, block-wide: thread 0 waits until the send side has a free slot or the
@@ -471,13 +480,14 @@ __device__ bool chooseSendRecv(const Plan& p, Waiter& w, int ch, const commDevSt
         sSendPos = spos;
         break;
       }
-      if (wantRecv && (ll ? llLine(rc->llSlots + (rpos % nSlots) * COMM_DEV_LL_SLOT_BYTES, (uint32_t)(rpos + 1), d)
-                          : loadVolatile(rc->head) >= rpos + 1)) {
+      if (wantRecv &&
+          (ll ? llLine(rc->llSlots + (rpos % nSlots) * COMM_DEV_LL_SLOT_BYTES, (uint32_t)(rpos + 1), 0, d, true)
+              : loadVolatile(rc->head) >= rpos + 1)) {
         action = 2;
         sRecvPos = rpos;
         if (!ll) {
-          fenceAcqRel(rc->sysScope); /* the size was stored before head */
-          sRecvSize = loadVolatile(&rc->sizes[rpos % nSlots]);
+          fenceAcqRel(rc->sysScope); /* the header was stored before head */
+          readSlotHeader(p.h, rc, rpos);
         }
         break;
       }
@@ -507,7 +517,7 @@ __device__ bool chooseSendRecv(const Plan& p, Waiter& w, int ch, const commDevSt
 /* One step of channel ch. false: the block stops (failure recorded). */
 __device__ bool runStep(const Plan& p, Waiter& w, int ch, const commDevStep* st) {
   const commDevPlanHdr* h = p.h;
-  const size_t elt = h->eltSize, piece = h->slotBytes / elt;
+  const size_t elt = h->eltSize, piece = (h->slotBytes - COMM_DEV_SIG_BYTES) / elt; /* a slot: signature, payload */
   const uint32_t nSlots = h->nSlots;
   const commDevConn* sc = st->sendConn >= 0 ? &p.conns[st->sendConn] : NULL;
   const commDevConn* rc = st->recvConn >= 0 ? &p.conns[st->recvConn] : NULL;
@@ -532,12 +542,13 @@ __device__ bool runStep(const Plan& p, Waiter& w, int ch, const commDevStep* st)
           return false;
         }
         uint64_t pos = sSendPos;
-        char* slot = sc->slots + (pos % nSlots) * h->slotBytes;
+        if (tid0) putSlotHeader(h, sc, pos);
+        char* slot = sc->slots + (pos % nSlots) * h->slotBytes + COMM_DEV_SIG_BYTES;
         char* s = src + done * elt;
         char* d = st->prim == COMM_PRIM_COPY_SEND && (dst != src || pre || post) ? dst + done * elt : NULL;
         move(p, slot, d, s, NULL, n, pre, post);
         __syncthreads();
-        if (tid0) postSend(sc, nSlots, pos, n * elt);
+        if (tid0) postSend(h, sc, pos, n * elt);
         done += n;
       }
       return true;
@@ -550,11 +561,8 @@ __device__ bool runStep(const Plan& p, Waiter& w, int ch, const commDevStep* st)
           return false;
         }
         uint64_t pos = sRecvPos;
-        if (sRecvSize != n * elt) {
-          fail(p, COMM_DEV_SIZE_MISMATCH, ch, st->recvPeer, 0, sRecvSize, n * elt);
-          return false;
-        }
-        const char* slot = rc->slots + (pos % nSlots) * h->slotBytes;
+        if (!slotMatches(h, ch, st->recvPeer, n * elt)) return false;
+        const char* slot = rc->slots + (pos % nSlots) * h->slotBytes + COMM_DEV_SIG_BYTES;
         if (st->prim == COMM_PRIM_RECV) move(p, dst + done * elt, NULL, slot, NULL, n, 0, post);
         else move(p, dst + done * elt, NULL, slot, src + done * elt, n, pre, post);
         __syncthreads();
@@ -580,19 +588,17 @@ __device__ bool runStep(const Plan& p, Waiter& w, int ch, const commDevStep* st)
           return false;
         }
         uint64_t rpos = sRecvPos, spos = sSendPos;
-        if (sRecvSize != n * elt) {
-          fail(p, COMM_DEV_SIZE_MISMATCH, ch, st->recvPeer, 0, sRecvSize, n * elt);
-          return false;
-        }
-        const char* in = rc->slots + (rpos % nSlots) * h->slotBytes;
-        char* out = sc->slots + (spos % nSlots) * h->slotBytes;
+        if (!slotMatches(h, ch, st->recvPeer, n * elt)) return false;
+        if (tid0) putSlotHeader(h, sc, spos);
+        const char* in = rc->slots + (rpos % nSlots) * h->slotBytes + COMM_DEV_SIG_BYTES;
+        char* out = sc->slots + (spos % nSlots) * h->slotBytes + COMM_DEV_SIG_BYTES;
         size_t off = done * elt;
         if (st->prim == COMM_PRIM_RECV_REDUCE_SEND) move(p, out, NULL, in, src + off, n, pre, post);
         else if (st->prim == COMM_PRIM_RECV_COPY_SEND) move(p, dst + off, out, in, NULL, n, 0, post);
         else move(p, dst + off, out, in, src + off, n, pre, post);
         __syncthreads();
         if (tid0) {
-          postSend(sc, nSlots, spos, n * elt);
+          postSend(h, sc, spos, n * elt);
           releaseRecv(rc, rpos);
         }
         done += n;
@@ -608,18 +614,18 @@ __device__ bool runStep(const Plan& p, Waiter& w, int ch, const commDevStep* st)
         if (sAction == 1) {
           size_t n = min(piece, sendCount - sendDone);
           uint64_t pos = sSendPos;
-          move(p, sc->slots + (pos % nSlots) * h->slotBytes, NULL, src + sendDone * elt, NULL, n, pre, 0);
+          if (tid0) putSlotHeader(h, sc, pos);
+          move(p, sc->slots + (pos % nSlots) * h->slotBytes + COMM_DEV_SIG_BYTES, NULL, src + sendDone * elt, NULL, n,
+               pre, 0);
           __syncthreads();
-          if (tid0) postSend(sc, nSlots, pos, n * elt);
+          if (tid0) postSend(h, sc, pos, n * elt);
           sendDone += n;
         } else {
           size_t n = min(piece, recvCount - recvDone);
           uint64_t pos = sRecvPos;
-          if (sRecvSize != n * elt) {
-            fail(p, COMM_DEV_SIZE_MISMATCH, ch, st->recvPeer, 0, sRecvSize, n * elt);
-            return false;
-          }
-          move(p, dst + recvDone * elt, NULL, rc->slots + (pos % nSlots) * h->slotBytes, NULL, n, 0, 0);
+          if (!slotMatches(h, ch, st->recvPeer, n * elt)) return false;
+          move(p, dst + recvDone * elt, NULL, rc->slots + (pos % nSlots) * h->slotBytes + COMM_DEV_SIG_BYTES, NULL, n,
+               0, 0);
           __syncthreads();
           if (tid0) releaseRecv(rc, pos);
           recvDone += n;

@@ -5,6 +5,24 @@
  * receives) to distinct peers a warp each. SPDX-License-Identifier: Apache-2.0 */
 
 __shared__ int sLLErr; /* a failure one thread's line poll saw (0: none); every thread stops polling on it */
+__shared__ int sLLErrPeer, sLLErrSend;
+__shared__ uint64_t sLLGotSig[COMM_DEV_SIG_WORDS]; /* with sLLErr COMM_DEV_SIG_MISMATCH: what came */
+
+/* A failure one thread saw: the first one is kept, with its peer (and, for a signature mismatch, what came),
+ * for the block to report. */
+__device__ void llBatchFail(int code, int peer, int isSend, const uint64_t* gotSig) {
+  if (atomicCAS(&sLLErr, 0, code) == 0) {
+    sLLErrPeer = peer;
+    sLLErrSend = isSend;
+    if (gotSig && code == COMM_DEV_SIG_MISMATCH)
+      for (int i = 0; i < COMM_DEV_SIG_WORDS; i++) sLLGotSig[i] = gotSig[i];
+  }
+}
+/* The block's report of the failure in sLLErr (read after a barrier). */
+__device__ void llReport(const commDevPlanHdr* h, int code, int ch) {
+  if (code == COMM_DEV_SIG_MISMATCH) reportSigMismatch(h, ch, sLLErrPeer, sLLGotSig);
+  else reportError(h, code, ch, sLLErrPeer, sLLErrSend, 0, 0);
+}
 
 /* Line l of a message of `bytes` bytes: its (up to) eight data bytes from src through L2 (the rest zero), or
  * into dst; 8-byte accesses where aligned, bytes otherwise. */
@@ -27,11 +45,18 @@ __device__ __forceinline__ void llWriteLine(char* dst, size_t bytes, size_t l, u
   for (size_t b = 0; b < n; b++) at[b] = (char)((const uint8_t*)d)[b];
 }
 
-/* Line l of slot: its data with the flag in both halves, one 16-byte store. */
-__device__ __forceinline__ void llPutLine(char* slot, size_t l, uint2 v, uint32_t flag) {
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(slot + l * 16), "r"(v.x), "r"(flag), "r"(v.y),
-               "r"(flag)
+/* Line l of slot: its data with flag0 in the first half and flag1 in the second, one 16-byte store. */
+__device__ __forceinline__ void llPutLine(char* slot, size_t l, uint2 v, uint32_t flag0, uint32_t flag1) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(slot + l * 16), "r"(v.x), "r"(flag0), "r"(v.y),
+               "r"(flag1)
                : "memory");
+}
+
+/* A data line's second flag: the first (the slot's position + 1) mixed with the low half of the plan's
+ * signature digest. A receiver takes only lines whose both flags are its own, so a message of another
+ * operation is never taken (but for one chance in 2^32), at no cost: no load and no store more. */
+__device__ __forceinline__ uint32_t llFlag1(const commDevPlanHdr* h, uint32_t flag) {
+  return flag ^ (uint32_t)h->sigDigest;
 }
 
 /* A waiting thread's periodic check (every SPINS_BEFORE_CHECK polls): another thread gave up (-1), the
@@ -48,45 +73,83 @@ __device__ int llCheckWait(const commDevPlanHdr* h, const commDevConn* c, uint64
   return COMM_DEV_OK;
 }
 
-/* This thread waits for the line at `line` to carry `flag` (its data in d), with llCheckWait's checks.
- * COMM_DEV_OK; a failure code; -1 when another thread gave up first. */
-__device__ int llWaitLine(const commDevPlanHdr* h, const char* line, uint32_t flag, uint32_t* d, uint64_t* start) {
-  for (int spins = 0; !llLine(line, flag, d);) {
+/* In a wait's periodic check: has the message at slot (flag: its position + 1) come from another operation?
+ * Its signature lines (plain flags, written with the data) say: COMM_DEV_SIG_MISMATCH with the sender's
+ * signature in got; COMM_DEV_OK when they have not come yet or are the plan's own (the data is on its
+ * way); a failure code when the rest of them never comes. */
+__device__ int llProbeSig(const commDevPlanHdr* h, const char* slot, uint32_t flag, uint64_t* got, uint64_t* start) {
+  const char* sig = slot + COMM_DEV_LL_SIG_OFF;
+  uint32_t w[2];
+  if (!llLine(sig, flag, flag, w)) return COMM_DEV_OK;
+  got[0] = (uint64_t)w[0] | (uint64_t)w[1] << 32;
+  for (int i = 1; i < COMM_DEV_LL_SIG_LINES; i++) {
+    for (int spins = 0; !llLine(sig + i * 16, flag, flag, w);) {
+      if (++spins < SPINS_BEFORE_CHECK) continue;
+      spins = 0;
+      int r = llCheckWait(h, NULL, start);
+      if (r != COMM_DEV_OK) return r;
+    }
+    got[i] = (uint64_t)w[0] | (uint64_t)w[1] << 32;
+  }
+  return sigDiffers(h, got) ? COMM_DEV_SIG_MISMATCH : COMM_DEV_OK;
+}
+
+/* This thread waits for line l of the message at slot (flag: its position + 1) to carry its flags (its
+ * data in d), with llCheckWait's checks and, in the same periodic check, llProbeSig's. COMM_DEV_OK; a
+ * failure code (COMM_DEV_SIG_MISMATCH: the sender's signature in got); -1 when another thread gave up
+ * first. */
+__device__ int llWaitLine(const commDevPlanHdr* h, const char* slot, size_t l, uint32_t flag, uint32_t* d,
+                          uint64_t* start, uint64_t* got) {
+  const uint32_t flag1 = llFlag1(h, flag);
+  for (int spins = 0; !llLine(slot + l * 16, flag, flag1, d);) {
     if (++spins < SPINS_BEFORE_CHECK) continue;
     spins = 0;
     int r = llCheckWait(h, NULL, start);
+    if (r == COMM_DEV_OK) r = llProbeSig(h, slot, flag, got, start);
     if (r != COMM_DEV_OK) return r;
   }
   return COMM_DEV_OK;
 }
 
-/* The block writes `bytes` of stage as LL lines at slot, flagged `flag`. */
-__device__ void llPack(char* slot, const char* stage, size_t bytes, uint32_t flag) {
+/* Data line l of a message at slot, flagged for position + 1 = flag. */
+__device__ __forceinline__ void llPutData(const commDevPlanHdr* h, char* slot, size_t l, uint2 v, uint32_t flag) {
+  llPutLine(slot, l, v, flag, llFlag1(h, flag));
+}
+/* Signature line i (< COMM_DEV_LL_SIG_LINES) of the message at slot: word i at COMM_DEV_LL_SIG_OFF. */
+__device__ __forceinline__ void llPutSig(const commDevPlanHdr* h, char* slot, int i, uint32_t flag) {
+  const uint64_t w = h->sig[i];
+  llPutLine(slot + COMM_DEV_LL_SIG_OFF, i, make_uint2((uint32_t)w, (uint32_t)(w >> 32)), flag, flag);
+}
+
+/* The block writes `bytes` of stage as LL lines at slot, and the plan's signature, flagged `flag`. */
+__device__ void llPack(const commDevPlanHdr* h, char* slot, const char* stage, size_t bytes, uint32_t flag) {
   size_t nLines = (bytes + 7) / 8;
-  for (size_t l = threadIdx.x; l < nLines; l += blockDim.x) llPutLine(slot, l, llSourceLine(stage, bytes, l), flag);
+  for (size_t l = threadIdx.x; l < nLines; l += blockDim.x) llPutData(h, slot, l, llSourceLine(stage, bytes, l), flag);
+  if (threadIdx.x < COMM_DEV_LL_SIG_LINES) llPutSig(h, slot, threadIdx.x, flag);
 }
 
 
-/* The block waits for and reads `bytes` of LL lines flagged `flag` at slot into stage. Each thread polls its
- * own lines, watching the abort flag, the timeout and the other threads (sLLErr). */
-__device__ void llUnpack(const commDevPlanHdr* h, const char* slot, char* stage, size_t bytes, uint32_t flag) {
+/* The block waits for and reads `bytes` of LL lines flagged `flag` at slot (from peer) into stage. Each
+ * thread polls its own lines, watching the abort flag, the timeout and the other threads (sLLErr). */
+__device__ void llUnpack(const commDevPlanHdr* h, const char* slot, char* stage, size_t bytes, uint32_t flag,
+                         int peer) {
   size_t nLines = (bytes + 7) / 8;
-  uint64_t start = 0;
+  uint64_t start = 0, got[COMM_DEV_SIG_WORDS];
   for (size_t l = threadIdx.x; l < nLines; l += blockDim.x) {
     uint32_t d[2];
-    int r = llWaitLine(h, slot + l * 16, flag, d, &start);
-    if (r > 0) atomicCAS(&sLLErr, 0, r);
+    int r = llWaitLine(h, slot, l, flag, d, &start, got);
+    if (r > 0) llBatchFail(r, peer, 0, got);
     if (r != COMM_DEV_OK) return;
     llWriteLine(stage, bytes, l, d[0], d[1]);
   }
 }
 
 /* After llUnpack: the block agrees; false (and the failure recorded) when a poll gave up. */
-__device__ bool llSyncOk(const Plan& p, int ch, int peer) {
+__device__ bool llSyncOk(const Plan& p, int ch) {
   __syncthreads();
   int r = *(volatile int*)&sLLErr;
   if (r != COMM_DEV_OK) {
-    if (threadIdx.x == 0) reportError(p.h, r, ch, peer, 0, 0, 0);
+    if (threadIdx.x == 0) llReport(p.h, r, ch);
     return false;
   }
   return true;
@@ -124,15 +187,16 @@ __device__ bool runStepLL(const Plan& p, Waiter& w, int ch, const commDevStep* s
         uint64_t pos = sSendPos;
         move(p, stageOut, NULL, src + sendDone * elt, NULL, n, pre, 0);
         __syncthreads();
-        llPack(sc->llSlots + (pos % nSlots) * COMM_DEV_LL_SLOT_BYTES, stageOut, n * elt, (uint32_t)(pos + 1));
+        llPack(h, sc->llSlots + (pos % nSlots) * COMM_DEV_LL_SLOT_BYTES, stageOut, n * elt, (uint32_t)(pos + 1));
         __syncthreads();
         if (tid0) storeVolatile(sc->pos, pos + 1);
         sendDone += n;
       } else {
         size_t n = min(piece, recvCount - recvDone);
         uint64_t pos = sRecvPos;
-        llUnpack(h, rc->llSlots + (pos % nSlots) * COMM_DEV_LL_SLOT_BYTES, stageIn, n * elt, (uint32_t)(pos + 1));
-        if (!llSyncOk(p, ch, st->recvPeer)) return false;
+        llUnpack(h, rc->llSlots + (pos % nSlots) * COMM_DEV_LL_SLOT_BYTES, stageIn, n * elt, (uint32_t)(pos + 1),
+                 st->recvPeer);
+        if (!llSyncOk(p, ch)) return false;
         move(p, dst + recvDone * elt, NULL, stageIn, NULL, n, 0, 0);
         __syncthreads();
         if (tid0) releaseRecv(rc, pos);
@@ -156,8 +220,9 @@ __device__ bool runStepLL(const Plan& p, Waiter& w, int ch, const commDevStep* s
     }
     uint64_t rpos = sRecvPos, spos = sSendPos;
     if (recvs) {
-      llUnpack(h, rc->llSlots + (rpos % nSlots) * COMM_DEV_LL_SLOT_BYTES, stageIn, n * elt, (uint32_t)(rpos + 1));
-      if (!llSyncOk(p, ch, st->recvPeer)) return false;
+      llUnpack(h, rc->llSlots + (rpos % nSlots) * COMM_DEV_LL_SLOT_BYTES, stageIn, n * elt, (uint32_t)(rpos + 1),
+               st->recvPeer);
+      if (!llSyncOk(p, ch)) return false;
       if (tid0) w.lastProgress = globalTimer();
     }
     switch (prim) {
@@ -173,7 +238,7 @@ __device__ bool runStepLL(const Plan& p, Waiter& w, int ch, const commDevStep* s
     }
     __syncthreads();
     if (sends) {
-      llPack(sc->llSlots + (spos % nSlots) * COMM_DEV_LL_SLOT_BYTES, stageOut, n * elt, (uint32_t)(spos + 1));
+      llPack(h, sc->llSlots + (spos % nSlots) * COMM_DEV_LL_SLOT_BYTES, stageOut, n * elt, (uint32_t)(spos + 1));
       __syncthreads();
     }
     if (tid0) {
@@ -190,8 +255,6 @@ __device__ bool runStepLL(const Plan& p, Waiter& w, int ch, const commDevStep* s
  * transfers per direction. Run one after the other, each costs a block-wide round of waits and barriers;
  * here each warp takes some of them: its lane 0 waits for FIFO space, its lanes write (or poll and read) the
  * lines straight from the source (into the destination), and the block meets once at the end. */
-
-__shared__ int sLLErrPeer, sLLErrSend;
 
 /* Steps [s, s + m) of the channel that can run as one batch (0: step s cannot): the same primitive, SEND or
  * RECV, no pre/post operation, one LL piece each, every step on a connection of its own (connection
@@ -216,14 +279,6 @@ __device__ int llBatchLength(const Plan& p, const commDevStep* steps, int s, int
   return m;
 }
 
-/* A failure one lane saw: the first one is kept, with its peer, for the block to report. */
-__device__ void llBatchFail(int code, int peer, int isSend) {
-  if (atomicCAS(&sLLErr, 0, code) == 0) {
-    sLLErrPeer = peer;
-    sLLErrSend = isSend;
-  }
-}
-
 /* Warps `part` of `parts` of the block's share of one step: each warp takes lines part*32 + lane, stride
  * parts*32 (a step with few peers gets several warps, so a piece of 4 KiB is not 16 dependent round trips
  * of one warp). Positions are read here and advanced by runBatchLL after the block's barrier, once every
@@ -243,13 +298,14 @@ __device__ void llWarpSend(const Plan& p, Waiter& w, const commDevStep* st, int 
   }
   r = __shfl_sync(0xffffffffu, r, 0);
   if (r != COMM_DEV_OK) {
-    if (lane == 0) llBatchFail(r, st->sendPeer, 1);
+    if (lane == 0) llBatchFail(r, st->sendPeer, 1, NULL);
     return;
   }
   char* slot = c->llSlots + (pos % nSlots) * COMM_DEV_LL_SLOT_BYTES;
   const uint32_t flag = (uint32_t)(pos + 1);
   for (size_t l = (size_t)part * 32 + lane; l < nLines; l += (size_t)parts * 32)
-    llPutLine(slot, l, llSourceLine((const char*)st->src, bytes, l), flag);
+    llPutData(p.h, slot, l, llSourceLine((const char*)st->src, bytes, l), flag);
+  if (part == 0 && lane < COMM_DEV_LL_SIG_LINES) llPutSig(p.h, slot, lane, flag);
 }
 
 /* Receive step st's lines: the lanes poll theirs and write the data to the destination. */
@@ -260,11 +316,11 @@ __device__ void llWarpRecv(const Plan& p, const commDevStep* st, int lane, int p
   const uint64_t pos = loadVolatile(c->pos);
   const char* slot = c->llSlots + (pos % h->nSlots) * COMM_DEV_LL_SLOT_BYTES;
   const uint32_t flag = (uint32_t)(pos + 1);
-  uint64_t start = 0;
+  uint64_t start = 0, got[COMM_DEV_SIG_WORDS];
   for (size_t l = (size_t)part * 32 + lane; l < nLines; l += (size_t)parts * 32) {
     uint32_t d[2];
-    int r = llWaitLine(h, slot + l * 16, flag, d, &start);
-    if (r > 0) llBatchFail(r, st->recvPeer, 0);
+    int r = llWaitLine(h, slot, l, flag, d, &start, got);
+    if (r > 0) llBatchFail(r, st->recvPeer, 0, got);
     if (r != COMM_DEV_OK) return;
     llWriteLine((char*)st->dst, bytes, l, d[0], d[1]);
   }
@@ -286,7 +342,7 @@ __device__ bool runBatchLL(const Plan& p, Waiter& w, int ch, const commDevStep* 
   __syncthreads();
   int r = *(volatile int*)&sLLErr;
   if (r != COMM_DEV_OK) {
-    if (threadIdx.x == 0) reportError(p.h, r, ch, sLLErrPeer, sLLErrSend, 0, 0);
+    if (threadIdx.x == 0) llReport(p.h, r, ch);
     return false;
   }
   for (int k = threadIdx.x; k < m; k += blockDim.x) { /* every line of step k is written (read) */
@@ -453,13 +509,14 @@ __device__ bool runFoldLL(const Plan& p, Waiter& w, int ch, const commDevStep* s
   if (pre && (size_t)t < nLines) x0 = lineOp(p, &x0, 1, 1, 0);
   __syncthreads();
   uint64_t start = 0;
-  if ((size_t)t < nLines) {
-    /* Sends: every line of this thread to every peer, once the peer's slot is free. */
+  if ((size_t)t < nLines || t < COMM_DEV_LL_SIG_LINES) {
+    /* Sends: every line of this thread to every peer (threads t < COMM_DEV_LL_SIG_LINES: the signature's
+     * line t too), once the peer's slot is free. */
     for (int j = 0; j < k && !*(volatile int*)&sLLErr; j++) {
       const commDevConn* c = &p.conns[sends[j].sendConn];
       const uint64_t pos = sFoldPos[j], free = pos + 1 > nSlots ? pos + 1 - nSlots : 0;
       int r = sFoldTail[j] >= free ? COMM_DEV_OK : llWaitAtLeast(h, c, c->tail, free, &start);
-      if (r > 0) llBatchFail(r, sends[j].sendPeer, 1);
+      if (r > 0) llBatchFail(r, sends[j].sendPeer, 1, NULL);
       if (r != COMM_DEV_OK) break;
       char* slot = c->llSlots + (pos % nSlots) * COMM_DEV_LL_SLOT_BYTES;
       for (size_t l = t; l < nLines; l += blockDim.x) {
@@ -469,8 +526,9 @@ __device__ bool runFoldLL(const Plan& p, Waiter& w, int ch, const commDevStep* s
           if (pre) x = lineOp(p, &x, 1, 1, 0);
         }
         if (j == 0) llWriteLine((char*)first.dst, bytes, l, x.x, x.y);
-        llPutLine(slot, l, x, (uint32_t)(pos + 1));
+        llPutData(h, slot, l, x, (uint32_t)(pos + 1));
       }
+      if (t < COMM_DEV_LL_SIG_LINES) llPutSig(h, slot, t, (uint32_t)(pos + 1));
     }
     if (h->trace && ch == 0 && t == 0) h->trace[6] = globalTimer(); /* thread 0's lines sent */
     /* Receives and the fold, line by line. */
@@ -486,9 +544,9 @@ __device__ bool runFoldLL(const Plan& p, Waiter& w, int ch, const commDevStep* s
         const commDevConn* c = &p.conns[recvs[j].recvConn];
         const uint64_t pos = sFoldPos[k + j];
         uint32_t d[2];
-        r = llWaitLine(h, c->llSlots + (pos % nSlots) * COMM_DEV_LL_SLOT_BYTES + l * 16, (uint32_t)(pos + 1), d,
-                       &start);
-        if (r > 0) llBatchFail(r, recvs[j].recvPeer, 0);
+        uint64_t got[COMM_DEV_SIG_WORDS];
+        r = llWaitLine(h, c->llSlots + (pos % nSlots) * COMM_DEV_LL_SLOT_BYTES, l, (uint32_t)(pos + 1), d, &start, got);
+        if (r > 0) llBatchFail(r, recvs[j].recvPeer, 0, got);
         if (r != COMM_DEV_OK) break;
         v[j + 1] = make_uint2(d[0], d[1]);
         llWriteLine((char*)recvs[j].dst, bytes, l, d[0], d[1]);
@@ -503,7 +561,7 @@ __device__ bool runFoldLL(const Plan& p, Waiter& w, int ch, const commDevStep* s
   __syncthreads();
   int r = *(volatile int*)&sLLErr;
   if (r != COMM_DEV_OK) {
-    if (t == 0) reportError(h, r, ch, sLLErrPeer, sLLErrSend, 0, 0);
+    if (t == 0) llReport(h, r, ch);
     return false;
   }
   if (t < 2 * k) { /* every line is written and read: the positions read above move on */
