@@ -16,29 +16,10 @@
 
 #include "test_gpu_coll.h"
 
-#define COUNT 100
-#define SENTINEL -7.0f
+#define MISMATCH_PROG "test_gpu_mismatch"
+#include "mismatch_cases.h"
 
-static int failures, nDevices;
-#define CHECK(cond, ...)                                         \
-  do {                                                           \
-    if (!(cond)) {                                               \
-      failures++;                                                \
-      fprintf(stderr, "test_gpu_mismatch:%d: FAIL: ", __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                              \
-      fprintf(stderr, "\n");                                     \
-    }                                                            \
-  } while (0)
-
-typedef enum { CASE_TWO_ROOTS, CASE_ALLREDUCE_BCAST, CASE_SUM_MAX, CASE_TYPES, CASE_OUT_OF_TURN } caseId;
-static const char* caseNames[] = {"two roots", "allreduce vs broadcast", "sum vs max", "float vs int", "out of turn"};
-
-/* Values a rank may hold in an allreduce of ones that failed: untouched, its own one, or the right sum. */
-static int countWrong(const float* buf, int n, float rightSum) {
-  int wrong = 0;
-  for (int i = 0; i < n; i++) wrong += buf[i] != SENTINEL && buf[i] != 1.0f && buf[i] != rightSum;
-  return wrong;
-}
+static int nDevices;
 
 /* Until the stream's work is done (a kernel that waits on a failed peer ends when the failure reaches this
  * rank), polling the async error as a framework's watchdog does. 0 when it finished in time. */
@@ -54,19 +35,6 @@ static int waitStream(comm_t comm, cudaStream_t st, double limitSec) {
     nanosleep(&ts, NULL);
   }
   return -1;
-}
-
-/* A rank whose own part only sent learns of the mismatch from the rank that found it. */
-static commResult_t awaitAsyncError(comm_t comm, double limitSec) {
-  double t0 = rtNow();
-  commResult_t err = commSuccess;
-  while (rtNow() - t0 < limitSec) {
-    if (commGetAsyncError(comm, &err) != commSuccess) return commInternalError;
-    if (err != commSuccess) return err;
-    struct timespec ts = {0, 5 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-  }
-  return err;
 }
 
 /* Each rank's GPU is current before commInitRank (the communicator takes it then). */

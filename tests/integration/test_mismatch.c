@@ -8,52 +8,8 @@
  * Over shm and over sockets (COMM_SHM_DISABLE=1). Uses the public API only. SPDX-License-Identifier: Apache-2.0 */
 #include "rtest.h"
 
-#include <time.h>
-
-#define COUNT 100
-#define SENTINEL -7.0f
-
-static int failures;
-#define CHECK(cond, ...)                                     \
-  do {                                                       \
-    if (!(cond)) {                                           \
-      failures++;                                            \
-      fprintf(stderr, "test_mismatch:%d: FAIL: ", __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                          \
-      fprintf(stderr, "\n");                                 \
-    }                                                        \
-  } while (0)
-
-typedef enum { CASE_TWO_ROOTS, CASE_ALLREDUCE_BCAST, CASE_SUM_MAX, CASE_TYPES, CASE_OUT_OF_TURN } caseId;
-static const char* caseNames[] = {"two roots", "allreduce vs broadcast", "sum vs max", "float vs int", "out of turn"};
-
-static double nowSec(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Values a rank may hold in an allreduce of ones that failed: untouched, its own one, or the right sum. Any
- * other value came from the other rank's mismatched data. */
-static int countWrong(const float* buf, int n, float rightSum) {
-  int wrong = 0;
-  for (int i = 0; i < n; i++) wrong += buf[i] != SENTINEL && buf[i] != 1.0f && buf[i] != rightSum;
-  return wrong;
-}
-
-/* A rank whose own part of the mismatched operation only sent learns of it from the rank that found it: its
- * async error turns within the timeout. */
-static commResult_t awaitAsyncError(comm_t comm, double limitSec) {
-  double t0 = nowSec();
-  commResult_t err = commSuccess;
-  while (nowSec() - t0 < limitSec) {
-    if (commGetAsyncError(comm, &err) != commSuccess) return commInternalError;
-    if (err != commSuccess) return err;
-    struct timespec ts = {0, 5 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-  }
-  return err;
-}
+#define MISMATCH_PROG "test_mismatch"
+#include "mismatch_cases.h"
 
 static void rankMain(int rank, int nranks, comm_t* commp, void* arg, rtReport* out) {
   comm_t comm = *commp;
