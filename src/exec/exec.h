@@ -40,6 +40,10 @@ typedef struct {
 _Static_assert(sizeof(commOpSig) == COMM_SLOT_HDR_BYTES, "the slot header is the signature");
 /* "allreduce(sum, float, count 100, seq 5)" */
 const char* commOpSigStr(const commOpSig* sig, char* buf, size_t n);
+/* Peer's data on channel carried theirs where this rank's operation is mine: the WARN naming both calls
+ * (where: "" or ", on device"), the peer noted as the culprit. commInvalidUsage. */
+commResult_t commOpSigMismatch(struct commComm* comm, const commOpSig* mine, int peer, const commOpSig* theirs,
+                               int channel, const char* where);
 
 typedef struct commPlan {
   struct commComm* comm;

@@ -101,15 +101,19 @@ const char* commOpSigStr(const commOpSig* sig, char* buf, size_t n) {
   return buf;
 }
 
+commResult_t commOpSigMismatch(struct commComm* comm, const commOpSig* mine, int peer, const commOpSig* theirs,
+                               int channel, const char* where) {
+  char a[160], b[160];
+  commNotePeerFailure(comm, peer);
+  WARN("rank %d: mismatched calls: this rank called %s, rank %d called %s (the data it sent on channel %d%s): every "
+       "rank must call the same collectives in the same order with the same root, op, datatype and count",
+       comm->rank, commOpSigStr(mine, a, sizeof(a)), peer, commOpSigStr(theirs, b, sizeof(b)), channel, where);
+  return commInvalidUsage;
+}
+
 /* The peer's slot carries another operation's signature: the ranks called different operations. */
 static commResult_t sigMismatch(commPlan* plan, int channel, int peer, const commOpSig* got) {
-  char mine[160], theirs[160];
-  commNotePeerFailure(plan->comm, peer);
-  WARN("rank %d: mismatched calls: this rank called %s, rank %d called %s (the data it sent on channel %d): every "
-       "rank must call the same collectives in the same order with the same root, op, datatype and count",
-       plan->comm->rank, commOpSigStr(&plan->sig, mine, sizeof(mine)), peer, commOpSigStr(got, theirs, sizeof(theirs)),
-       channel);
-  return commInvalidUsage;
+  return commOpSigMismatch(plan->comm, &plan->sig, peer, got, channel, "");
 }
 
 static inline void recvRelease(commConn* c) {

@@ -35,14 +35,9 @@ commResult_t commDevCheckError(commComm* comm, int queryStream) {
              comm->rank, (unsigned long long)e->opCount, e->isSend ? "to" : "from", e->peer, e->channel);
       else if (code == COMM_DEV_SIG_MISMATCH) {
         commOpSig mine, theirs;
-        char a[160], b[160];
         memcpy(&mine, (const void*)e->mySig, sizeof(mine));
         memcpy(&theirs, (const void*)e->gotSig, sizeof(theirs));
-        commNotePeerFailure(comm, e->peer);
-        WARN("rank %d: mismatched calls: this rank called %s, rank %d called %s (the data it sent on channel %d, "
-             "on device): every rank must call the same collectives in the same order with the same root, op, "
-             "datatype and count",
-             comm->rank, commOpSigStr(&mine, a, sizeof(a)), e->peer, commOpSigStr(&theirs, b, sizeof(b)), e->channel);
+        commOpSigMismatch(comm, &mine, e->peer, &theirs, e->channel, ", on device");
       } else if (code == COMM_DEV_SIZE_MISMATCH)
         WARN("rank %d: operation opCount %llu on device: received %llu bytes from rank %d on channel %d where %llu "
              "were expected: the ranks called this operation with different counts or datatypes",
