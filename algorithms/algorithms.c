@@ -15,6 +15,7 @@ commSchedBuilder_t commAlgoBuilder(int algo, commFunc_t func) {
     case commAlgoPat: return func == commFuncAllGather || func == commFuncReduceScatter ? commPatBuild : NULL;
     case commAlgoOneShot: return func == commFuncAllReduce ? commOneShotBuild : NULL;
     case commAlgoPairwise: return func == commFuncAllToAll ? commAllToAllBuild : NULL;
+    case commAlgoCollNet: return func == commFuncAllReduce ? commCollNetBuild : NULL;
     default: return NULL;
   }
 }

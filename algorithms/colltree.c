@@ -221,7 +221,7 @@ typedef struct {
  * one tree is a leaf in the other, and its NIC sends 1.5x + 1x a quarter of the data instead of 1.5x half
  * of it (4 hosts x 2 ranks, 2 NICs each: 25 -> 13 MB on the busiest NIC for 16 MiB). */
 static int leaderSlot(const commCollArgs* a, int nNodes, int ch) {
-  return a->func == commFuncAllReduce && nNodes > 1 ? ch / 2 : ch;
+  return a->func == commFuncAllReduce && nNodes > 1 && !a->interCollNet ? ch / 2 : ch;
 }
 
 /* With a ring the leader is where the slot's ring enters the node (the topology puts the rank nearest
@@ -266,7 +266,7 @@ static commBufRef accRef(const ctChan* c, const ctChunk* k) {
 static commResult_t emitReduce(ctChan* c, const ctChunk* k, const int* peers, int nPeers, int to, int fusedTo) {
   commBufRef in = commBufAt(COMM_BUF_INPUT, k->off), out = commBufAt(COMM_BUF_OUTPUT, k->off), acc = accRef(c, k);
   if (nPeers == 0) {
-    if (to >= 0) return emit(c, COMM_PRIM_SEND, c->pre, -1, to, in, in, k->len);
+    if (to != -1) return emit(c, COMM_PRIM_SEND, c->pre, -1, to, in, in, k->len);
     if (fusedTo >= 0) return emit(c, COMM_PRIM_COPY_SEND, c->pre | c->post, -1, fusedTo, in, out, k->len);
     return emit(c, COMM_PRIM_COPY, c->pre | c->post, -1, -1, in, out, k->len);
   }
@@ -275,7 +275,7 @@ static commResult_t emitReduce(ctChan* c, const ctChunk* k, const int* peers, in
     uint8_t fl = i == 0 ? c->pre : 0;
     if (i < nPeers - 1) {
       COMMCHECK(emit(c, COMM_PRIM_RECV_REDUCE_COPY, fl, peers[i], -1, src, acc, k->len));
-    } else if (to >= 0) {
+    } else if (to != -1) {
       COMMCHECK(emit(c, COMM_PRIM_RECV_REDUCE_SEND, fl, peers[i], to, src, acc, k->len));
     } else if (fusedTo >= 0) {
       COMMCHECK(emit(c, COMM_PRIM_RECV_REDUCE_COPY_SEND, fl | c->post, peers[i], fusedTo, src, out, k->len));
@@ -287,13 +287,15 @@ static commResult_t emitReduce(ctChan* c, const ctChunk* k, const int* peers, in
 }
 
 /* Bring the final value of chunk k into out[o] and send it to to[0 .. nTo). It arrives from `from` when
- * from >= 0; otherwise it is this rank's input (fromInput: the broadcast root) or already in out[o]. */
-static commResult_t emitFanout(ctChan* c, const ctChunk* k, int from, int fromInput, const int* to, int nTo) {
+ * from != -1 (a rank, or the collnet group, whose result still needs POST: recvFlags); otherwise it is this
+ * rank's input (fromInput: the broadcast root) or already in out[o]. */
+static commResult_t emitFanout(ctChan* c, const ctChunk* k, int from, uint8_t recvFlags, int fromInput, const int* to,
+                               int nTo) {
   commBufRef in = commBufAt(COMM_BUF_INPUT, k->off), out = commBufAt(COMM_BUF_OUTPUT, k->off);
   int first = 0;
-  if (from >= 0) {
-    if (nTo == 0) return emit(c, COMM_PRIM_RECV, 0, from, -1, out, out, k->len);
-    COMMCHECK(emit(c, COMM_PRIM_RECV_COPY_SEND, 0, from, to[0], out, out, k->len));
+  if (from != -1) {
+    if (nTo == 0) return emit(c, COMM_PRIM_RECV, recvFlags, from, -1, out, out, k->len);
+    COMMCHECK(emit(c, COMM_PRIM_RECV_COPY_SEND, recvFlags, from, to[0], out, out, k->len));
     first = 1;
   } else if (fromInput) {
     if (nTo == 0) return emit(c, COMM_PRIM_COPY, 0, -1, -1, in, out, k->len);
@@ -339,7 +341,7 @@ static commResult_t intraUp(ctChan* c, const ctChunk* k) {
 }
 
 static commResult_t intraDown(ctChan* c, const ctChunk* k) {
-  return emitFanout(c, k, c->localParent, 0, c->localChild, c->nLocalChild);
+  return emitFanout(c, k, c->localParent, 0, 0, c->localChild, c->nLocalChild);
 }
 
 /* ---------------------------------------------------------------------------------------------------- */
@@ -408,15 +410,39 @@ static commResult_t treeDown(ctChan* c, const ctChunk* k) {
   int n = treeDownList(c, to);
   int skip = treeFusesRoot(c) ? 1 : 0;
   int fromInput = c->a->func == commFuncBroadcast && c->inter.tree.parent < 0;
-  return emitFanout(c, k, c->inter.tree.parent, fromInput, to + skip, n - skip);
+  return emitFanout(c, k, c->inter.tree.parent, 0, fromInput, to + skip, n - skip);
 }
 
 static const ctInterStage treeStage = {"tree", treeInit, treeUp, treeDown};
 
-/* The inter-node stage to use. Only the tree exists today; an in-network reduction stage is chosen here. */
+/* ---------------------------------------------------------------------------------------------------- */
+/* Inter-node stage: the network's reduction (commAlgoCollNet, allreduce). Each node's leader is the node's
+ * member of the channel's collnet group: up(k) reduces the local partials with its input and sends the node's
+ * partial to the group (COMM_PEER_COLLNET); down(k) receives the group's result, which is final (POST here,
+ * at every leader: the same operation on the same bits, so every rank holds the same result), and fans it out
+ * to the local children. Level 1: one hop to the network and back, so the lookahead keeps 2 (depth + 1)
+ * chunks of a leader in flight. */
+
+static commResult_t collnetInit(ctChan* c, int* level) {
+  (void)c;
+  *level = 1;
+  return commSuccess;
+}
+
+static commResult_t collnetUp(ctChan* c, const ctChunk* k) {
+  return emitReduce(c, k, c->localChild, c->nLocalChild, COMM_PEER_COLLNET, -1);
+}
+
+static commResult_t collnetDown(ctChan* c, const ctChunk* k) {
+  return emitFanout(c, k, COMM_PEER_COLLNET, c->post, 0, c->localChild, c->nLocalChild);
+}
+
+static const ctInterStage collnetStage = {"collnet", collnetInit, collnetUp, collnetDown};
+
+/* The inter-node stage to use: the network's reduction when the communicator runs collnet across nodes. */
 static const ctInterStage* interStageFor(const commCollArgs* a) {
-  (void)a;
-  return &treeStage;
+  int nNodes = a->nodeOf ? a->nNodes : a->nRanks;
+  return a->interCollNet && nNodes > 1 ? &collnetStage : &treeStage;
 }
 
 /* ---------------------------------------------------------------------------------------------------- */
@@ -444,6 +470,34 @@ static commResult_t chanSteps(ctChan* c, const ctInterStage* stage, size_t base,
       COMMCHECK(down(c, &k));
     }
   }
+  return commSuccess;
+}
+
+commResult_t commCollNetBuild(const commCollArgs* a, commSchedule* out) {
+  if (a == NULL || a->func != commFuncAllReduce) {
+    WARN("commCollNetBuild: only allreduce runs over collnet (%s)", a ? commFuncName(a->func) : "NULL");
+    return commInvalidArgument;
+  }
+  commCollArgs b = *a;
+  b.interCollNet = 1;
+  return commCollTreeBuild(&b, out);
+}
+
+commResult_t commCollNetMembers(const commCollArgs* a, int ch, int* members) {
+  commCollArgs b = *a;
+  b.func = commFuncAllReduce;
+  b.interCollNet = 1;
+  ctNodes nodes;
+  int nNodes = b.nodeOf ? b.nNodes : b.nRanks;
+  COMMCHECK(nodesBuild(&b, b.ringRanks[leaderSlot(&b, nNodes, ch)], &nodes));
+  ctChan c;
+  memset(&c, 0, sizeof(c));
+  c.a = &b;
+  c.nodes = &nodes;
+  c.ch = ch;
+  c.rootNode = -1;
+  for (int v = 0; v < nodes.nNodes; v++) members[v] = ctLeader(&c, v);
+  nodesFree(&nodes);
   return commSuccess;
 }
 

@@ -33,7 +33,8 @@ typedef enum {
   COMM_TUNER_ALGO_PAT = 3,
   COMM_TUNER_ALGO_ONESHOT = 4,
   COMM_TUNER_ALGO_PAIRWISE = 5,
-  COMM_TUNER_NUM_ALGOS = 6
+  COMM_TUNER_ALGO_COLLNET = 6, /* appended: a plugin built with 6 rows still reads rows 0..5 right */
+  COMM_TUNER_NUM_ALGOS = 7
 } commTunerAlgo_t;
 
 typedef enum { COMM_TUNER_PROTO_LL = 0, COMM_TUNER_PROTO_SIMPLE = 1, COMM_TUNER_NUM_PROTOS = 2 } commTunerProto_t;

@@ -66,7 +66,7 @@ static const struct {
              {"alltoall", commFuncAllToAll, 1}};
 #define NFUNCS ((int)(sizeof(funcs) / sizeof(funcs[0])))
 
-static const char* const algoKeys[commNumAlgos] = {"ring", "tree", "colltree", "pat", "oneshot", "pairwise"};
+static const char* const algoKeys[commNumAlgos] = {"ring", "tree", "colltree", "pat", "oneshot", "pairwise", "collnet"};
 static const char* const protoKeys[commNumProtos] = {"ll", "simple"};
 static const char* const linkKeys[COMM_NUM_LINKS] = {"shm", "net"};
 

@@ -387,6 +387,7 @@ void commTransportDevLaunched(struct commComm* comm) {
 
 commResult_t commTransportCloseAll(struct commComm* comm) {
   drainSends(comm);
+  commCollNetFree(comm);
   for (int c = 0; c < COMM_MAX_CHANNELS; c++) {
     commChannel* ch = &comm->channels[c];
     for (int p = 0; p < comm->nRanks; p++) {

@@ -127,6 +127,24 @@ struct commNetState;
 void commNetReleaseConnList(struct commComm* comm);
 /* Name of the network plugin comm uses ("Socket", ...), for log lines. */
 const char* commNetName(const struct commComm* comm);
+/* transports/net/net_plugin.c: dlopen a plugin library by name, as given, else (a name without '/')
+ * libcomm-net-<name>.so, libnccl-net-<name>.so; NULL with the loader's reason in why. And the logger libcomm
+ * hands to network (and collnet) plugins. */
+void* commNetPluginOpen(const char* name, char* why, size_t whyLen);
+void commNetPluginLogger(commNetLogLevel_t level, const char* file, int line, const char* fmt, ...);
+
+/* transports/collnet/collnet.c: the collnet groups, made at init once the rings exist (every rank calls it;
+ * members[c * nNodes + v] is node v's member on collnet channel c, for c < nChannels), and torn down at
+ * destroy. Sets comm->collnet: on (nChannels > 0) or off with the reason, the same on every rank; a failure of
+ * the groups is not an error of init (collnet is off, with a WARN), only a failure of the bootstrap is. */
+commResult_t commCollNetSetup(struct commComm* comm, int nChannels, const int* members);
+commResult_t commCollNetFree(struct commComm* comm);
+/* Post and complete what the collnet groups can without waiting (the host executor, every round). */
+commResult_t commCollNetProgressAll(struct commComm* comm);
+/* How many collnet channels init should form (COMM_COLLNET_NCHANNELS), 0 when collnet is not wanted
+ * (COMM_COLLNET_ENABLE / NCCL_COLLNET_ENABLE unset, one node, one rank), with the reason in comm->collnet.why. */
+int commCollNetWanted(struct commComm* comm);
+
 /* transports/net/socket/: the built-in TCP network plugin. */
 extern const commNet_t commNetSocket;
 

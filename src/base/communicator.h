@@ -38,7 +38,19 @@ typedef struct {
   commConn** recv;    /* [nRanks] */
   commConn** devSend; /* [nRanks]: device-buffer connections (CUDA executor), NULL until connected */
   commConn** devRecv; /* [nRanks] */
+  /* At a member of the channel's collnet group (transports/collnet/): the FIFOs to and from the network's
+   * reduction (schedule peer COMM_PEER_COLLNET); NULL elsewhere. */
+  commConn* collnetSend;
+  commConn* collnetRecv;
 } commChannel;
+
+/* What the collnet transport decided at init, the same on every rank (transports/collnet/collnet.c). */
+typedef struct {
+  int nChannels;                   /* channels with a collnet group (0: collnet is off) */
+  uint8_t opsOfType[commNumTypes]; /* bit op (commSum..commMin): every member's network reduces type with op */
+  char plugin[64];                 /* the plugin's name, for logs */
+  char why[192];                   /* collnet off: why (COMM_COLLNET_ENABLE unset, one node, a member failed ...) */
+} commCollNetInfo;
 
 typedef struct {
   int inUse;
@@ -85,6 +97,8 @@ struct commComm {
   commConn** netConns; /* connections whose transport needs progress */
   int nNetConns, netConnsCap;
   struct commNetState* net;
+  struct commCollNetState* collnetState; /* transports/collnet: the plugin and the groups, NULL when off */
+  commCollNetInfo collnet;
   struct commTuner* tuner;         /* src/tune: algorithm choice per call */
   struct commTopo* topo;           /* src/topo: this machine (discovered) or COMM_TOPO_FILE's machines */
   struct commTopoRankT* topoRanks; /* [nRanks] (commTopoRank): host and device of each rank in topo; host
@@ -146,6 +160,7 @@ static inline int commAborted(const struct commComm* comm) {
  * tell every rank who failed rather than who noticed. */
 static inline void commNotePeerFailure(struct commComm* comm, int rank) {
   int expected = -1;
+  if (rank < 0) return; /* not a rank (the collnet group): no culprit to name */
   __atomic_compare_exchange_n(&comm->failedPeer, &expected, rank, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 

@@ -305,6 +305,7 @@ static commResult_t initBody(struct commComm* comm, const commUniqueId* id) {
   COMMCHECK(commTransportInit(comm));
   COMMCHECK(setupChannels(comm));
   COMMCHECK(connectRings(comm));
+  COMMCHECK(commPlacementCollNet(comm));
   COMMCHECK(commTunerInit(comm));
   INFO(COMM_INIT,
        "comm %p%s%s rank %d nRanks %d localRank %d localRanks %d node %d nNodes %d channels %d "

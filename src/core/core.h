@@ -54,6 +54,9 @@ commResult_t commPlacementDump(struct commComm* comm);
 /* Channel c's ring into ringRanks[nRanks]: nodes in order, within a node the topology's order for c (or rank
  * order turned by c without one). */
 commResult_t commPlacementRing(struct commComm* comm, int c, int* ringRanks);
+/* The collnet groups (when COMM_COLLNET_ENABLE asks for them): each node's member on every collnet channel,
+ * as commAlgoCollNet's schedule names them, handed to the collnet transport to form the groups. */
+commResult_t commPlacementCollNet(struct commComm* comm);
 
 /* src/core/redop.c: the reduction arguments for op on this comm (built-in or user-made). A scalar in device
  * memory is not read here: *devScalar gets its address (NULL otherwise), and only device buffers may use

@@ -7,11 +7,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "algorithms.h"
 #include "bootstrap.h"
 #include "check.h"
 #include "core.h"
 #include "param.h"
 #include "topo.h"
+#include "transport.h"
 #include "utils.h"
 
 static int topoHostByName(const commTopo* topo, const char* hostname) {
@@ -228,5 +230,32 @@ commResult_t commPlacementRing(struct commComm* comm, int c, int* ringRanks) {
 exit:
   free(start);
   free(seen);
+  return res;
+}
+
+commResult_t commPlacementCollNet(struct commComm* comm) {
+  int nCh = commCollNetWanted(comm);
+  int* members = NULL;
+  if (nCh > 0) {
+    COMMCHECK(commCalloc(&members, (size_t)nCh * (size_t)comm->nNodes, sizeof(int)));
+    commCollArgs a;
+    memset(&a, 0, sizeof(a));
+    a.func = commFuncAllReduce;
+    a.rank = comm->rank;
+    a.nRanks = comm->nRanks;
+    a.nChannels = nCh;
+    a.nNodes = comm->nNodes;
+    a.nodeOf = comm->rankNode;
+    for (int c = 0; c < nCh; c++) a.ringRanks[c] = comm->channels[c].ringRanks;
+    for (int c = 0; c < nCh; c++) {
+      commResult_t res = commCollNetMembers(&a, c, members + (size_t)c * (size_t)comm->nNodes);
+      if (res != commSuccess) {
+        free(members);
+        return res;
+      }
+    }
+  }
+  commResult_t res = commCollNetSetup(comm, nCh, members);
+  free(members);
   return res;
 }

@@ -83,6 +83,7 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
   commTuneChoice choice;
   if (plan->onDevice) COMMCHECKGOTO(commTuneChooseDevice(comm, t->func, t->count, plan->eltSize, &choice), res, fail);
   else COMMCHECKGOTO(commTuneChoose(comm, t->func, t->count, plan->eltSize, &choice), res, fail);
+  commTuneCollNetCheck(comm, t->dtype, &plan->redop, plan->onDevice, &choice);
   plan->repeatable = choice.repeatable;
   commCollArgs args;
   memset(&args, 0, sizeof(args));

@@ -43,13 +43,27 @@ static inline char* recvSlotNow(commConn* c, size_t* bytes) {
   *bytes = (size_t)COMM_LOAD_RLX(&c->ctrl->sizes[c->step % (uint64_t)c->nSlots]);
   return c->slots + (c->step % (uint64_t)c->nSlots) * c->slotBytes;
 }
+/* The connection a step names: a rank's, or the channel's collnet group (COMM_PEER_COLLNET); NULL if none. */
+static inline commConn* connOf(const commChannel* ch, int peer, int isSend) {
+  if (peer >= 0) return isSend ? ch->send[peer] : ch->recv[peer];
+  if (peer == COMM_PEER_COLLNET) return isSend ? ch->collnetSend : ch->collnetRecv;
+  return NULL;
+}
+/* "rank 3", or "the collnet group" */
+static const char* peerStr(int peer, char* buf, size_t n) {
+  if (peer == COMM_PEER_COLLNET) snprintf(buf, n, "the collnet group");
+  else snprintf(buf, n, "rank %d", peer);
+  return buf;
+}
+
 /* Network connections move data when progressed: the step that waits on one progresses it (and only it). */
 static commResult_t connFailed(commComm* comm, commConn* c, commResult_t res) {
   char why[256];
   snprintf(why, sizeof(why), "%s", commLogLastWarn());
+  char peer[32];
   commNotePeerFailure(comm, c->peer);
-  WARN("rank %d: the %s connection %s rank %d on channel %d failed: %s", comm->rank, c->transport->name,
-       c->isSend ? "to" : "from", c->peer, c->channel, why);
+  WARN("rank %d: the %s connection %s %s on channel %d failed: %s", comm->rank, c->transport->name,
+       c->isSend ? "to" : "from", peerStr(c->peer, peer, sizeof(peer)), c->channel, why);
   return res;
 }
 static inline commResult_t connProgress(commComm* comm, commConn* c) {
@@ -122,8 +136,9 @@ static inline void recvRelease(commConn* c) {
 }
 
 static commResult_t missingConn(commPlan* plan, int channel, int peer, int isSend) {
-  WARN("rank %d: %s opCount %llu: no connection %s rank %d on channel %d", plan->comm->rank, commFuncName(plan->func),
-       (unsigned long long)plan->opCount, isSend ? "to" : "from", peer, channel);
+  char p[32];
+  WARN("rank %d: %s opCount %llu: no connection %s %s on channel %d", plan->comm->rank, commFuncName(plan->func),
+       (unsigned long long)plan->opCount, isSend ? "to" : "from", peerStr(peer, p, sizeof(p)), channel);
   return commInternalError;
 }
 
@@ -323,8 +338,8 @@ static commResult_t stepSendRecv(commPlan* plan, int c, const commStep* st, comm
 static commResult_t stepProgress(commPlan* plan, int c, const commStep* st, commChannelProgress* pr, int* finished) {
   commComm* comm = plan->comm;
   commChannel* ch = &comm->channels[c];
-  commConn* sc = st->sendPeer >= 0 ? ch->send[st->sendPeer] : NULL;
-  commConn* rc = st->recvPeer >= 0 ? ch->recv[st->recvPeer] : NULL;
+  commConn* sc = connOf(ch, st->sendPeer, 1);
+  commConn* rc = connOf(ch, st->recvPeer, 0);
   const int flags = st->flags;
   *finished = 0;
 
@@ -392,25 +407,26 @@ static commResult_t checkStalled(commPlan* plan) {
   int64_t now = commTimeNs();
   if (now - plan->lastCheckNs >= CHECK_INTERVAL_NS) {
     plan->lastCheckNs = now;
-    if (plan->waitPeer >= 0 && plan->waitChannel >= 0) {
-      commChannel* ch = &comm->channels[plan->waitChannel];
-      commConn* conn = plan->waitIsSend ? ch->send[plan->waitPeer] : ch->recv[plan->waitPeer];
+    char peer[32];
+    peerStr(plan->waitPeer, peer, sizeof(peer));
+    if (plan->waitPeer != -1 && plan->waitChannel >= 0) {
+      commConn* conn = connOf(&comm->channels[plan->waitChannel], plan->waitPeer, plan->waitIsSend);
       if (conn != NULL && conn->transport->check != NULL) {
         commResult_t res = conn->transport->check(comm, conn);
         if (res != commSuccess) {
           char why[256];
           snprintf(why, sizeof(why), "%s", commLogLastWarn());
           commNotePeerFailure(comm, plan->waitPeer);
-          WARN("rank %d: %s failed: peer rank %d (%s) is gone: %s", comm->rank, opDesc(plan, desc, sizeof(desc)),
-               plan->waitPeer, conn->transport->name, why);
+          WARN("rank %d: %s failed: peer %s (%s) is gone: %s", comm->rank, opDesc(plan, desc, sizeof(desc)), peer,
+               conn->transport->name, why);
           return res;
         }
       }
     }
     if (comm->timeoutMs >= 0 && now - plan->lastProgressNs > comm->timeoutMs * 1000000LL) {
-      WARN("rank %d: %s timed out: no progress for %lld ms (COMM_TIMEOUT_MS) while %s rank %d on channel %d",
-           comm->rank, opDesc(plan, desc, sizeof(desc)), (long long)comm->timeoutMs,
-           plan->waitIsSend ? "waiting for FIFO space to" : "waiting for data from", plan->waitPeer, plan->waitChannel);
+      WARN("rank %d: %s timed out: no progress for %lld ms (COMM_TIMEOUT_MS) while %s %s on channel %d", comm->rank,
+           opDesc(plan, desc, sizeof(desc)), (long long)comm->timeoutMs,
+           plan->waitIsSend ? "waiting for FIFO space to" : "waiting for data from", peer, plan->waitChannel);
       return commTimeout;
     }
   }
@@ -428,6 +444,14 @@ commResult_t commExecHostProgress(commPlan* plan, int* done) {
       char desc[160], why[256];
       snprintf(why, sizeof(why), "%s", commLogLastWarn());
       WARN("rank %d: %s failed in the network transport: %s", comm->rank, opDesc(plan, desc, sizeof(desc)), why);
+      return res;
+    }
+  }
+  if (comm->collnet.nChannels > 0) {
+    commResult_t res = commCollNetProgressAll(comm);
+    if (res != commSuccess) {
+      char desc[160];
+      WARN("rank %d: %s failed in the collnet transport", comm->rank, opDesc(plan, desc, sizeof(desc)));
       return res;
     }
   }

@@ -31,7 +31,8 @@ const char* commProtoName(int proto) {
   return protoNames[proto];
 }
 
-static const char* const algoNames[commNumAlgos] = {"Ring", "Tree", "CollTree", "PAT", "OneShot", "Pairwise"};
+static const char* const algoNames[commNumAlgos] = {"Ring",    "Tree",     "CollTree", "PAT",
+                                                    "OneShot", "Pairwise", "CollNet"};
 
 const char* commAlgoName(int algo) {
   if (algo < 0 || algo >= commNumAlgos) return "Unknown";

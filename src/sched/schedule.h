@@ -54,11 +54,20 @@ typedef struct {
   size_t offset; /* in elements */
 } commBufRef;
 
+/* The virtual peer of a channel's collnet group (commAlgoCollNet): the network reduces, one member per node.
+ * A step that sends to it (sendPeer == COMM_PEER_COLLNET) contributes its data, piece by piece, to the group's
+ * reductions on this channel; a step that receives from it takes the results in the same order. On each
+ * channel the k-th piece every member sends is reduced with the others' k-th pieces (they must have the same
+ * size), and every member's k-th received piece is that reduction: the union of the members' contributions,
+ * the same on each. A member may have at most a FIFO's worth of pieces (nSlots) posted and not yet received.
+ * The group of a channel is the ranks whose schedule names the peer there. (COMM_PEER_COLLNET is defined in
+ * comm_limits.h: the transports, below this layer, name it too.) */
+
 typedef struct {
   uint8_t prim;     /* commPrim_t */
   uint8_t flags;    /* COMM_STEP_* */
-  int32_t sendPeer; /* rank, or -1 */
-  int32_t recvPeer; /* rank, or -1 */
+  int32_t sendPeer; /* rank, COMM_PEER_COLLNET, or -1 */
+  int32_t recvPeer; /* rank, COMM_PEER_COLLNET, or -1 */
   commBufRef src;
   commBufRef dst;
   size_t count;     /* elements sent / processed */
@@ -133,7 +142,8 @@ typedef struct {
    * own (nNodes == nRanks). Ranks of a node need not be contiguous. */
   int nNodes;
   const int* nodeOf;
-  int proto; /* commProto_t the schedule is built for (the host executor runs all the same way) */
+  int proto;        /* commProto_t the schedule is built for (the host executor runs all the same way) */
+  int interCollNet; /* CollTree: the reduction between nodes is the network's (COMM_PEER_COLLNET, commAlgoCollNet) */
 } commCollArgs;
 
 /* Protocols: how a connection moves data. LL (low latency) favours small messages: small steps, data and
@@ -151,6 +161,7 @@ typedef enum {
   commAlgoPat,      /* Bruck-style logarithmic allgather and reducescatter */
   commAlgoOneShot,  /* small-message allreduce: all-to-all exchange, local reduction */
   commAlgoPairwise, /* alltoall (and grouped send/recv) */
+  commAlgoCollNet,  /* CollTree with the reduction between nodes done by the network (COMM_PEER_COLLNET) */
   commNumAlgos
 } commAlgo_t;
 const char* commAlgoName(int algo);

@@ -30,13 +30,15 @@ const commTuneConsts commTuneDefaults = {
                       [commAlgoCollTree] = 1.0,
                       [commAlgoPat] = 1.4,
                       [commAlgoOneShot] = 1.0,
-                      [commAlgoPairwise] = 1.0},
+                      [commAlgoPairwise] = 1.0,
+                      [commAlgoCollNet] = 1.0},
     .algoBwFactor = {[commAlgoRing] = 1.0,
                      [commAlgoTree] = 1.0,
                      [commAlgoCollTree] = 1.0,
                      [commAlgoPat] = 0.75,
                      [commAlgoOneShot] = 1.0,
-                     [commAlgoPairwise] = 1.0},
+                     [commAlgoPairwise] = 1.0,
+                     [commAlgoCollNet] = 1.0},
 };
 
 void commTuneModelInit(commTuneModel* m, int nRanks, int nNodes, int maxLocalRanks, commLinkKind_t intra,
@@ -82,6 +84,7 @@ int commTuneChannels(const commTuneModel* m, commFunc_t func, int algo, size_t n
   if (n < 1) n = 1;
   if (n > (size_t)m->maxChannels) n = (size_t)m->maxChannels;
   int c = (int)n;
+  if (algo == commAlgoCollNet) return c < m->collnetChannels ? c : (m->collnetChannels < 1 ? 1 : m->collnetChannels);
   /* The double binary tree (flat, or across nodes) has one tree per channel parity: use both. CollTree
    * gives each leader both trees (channels 2j, 2j+1): two leaders per node spread the network traffic
    * over two ranks (and NICs, where a node has several) until the topology says how many there are. */
@@ -219,6 +222,24 @@ static void costCollTree(const commTuneModel* m, const modelShape* s, commFunc_t
   return;
 }
 
+/* CollTree inside a node; between nodes the network reduces: a leader sends its node's partial once and
+ * receives the result once (one hop each way, pipelined), so a node's NICs carry B each way instead of the
+ * tree's 2B sent. */
+static void costCollNet(const commTuneModel* m, const modelShape* s, commFunc_t func, double B, int nChannels,
+                        algoCost* c) {
+  const int L = s->L, intra = s->intra, inter = s->inter;
+  (void)func;
+  c->chunk = minD(c->chunk, B / nChannels > 1 ? B / nChannels : 1);
+  double chunksPerChannel = ceil(B / nChannels / c->chunk);
+  int localStages = L <= 1 ? 0 : (L - 1 <= chunksPerChannel + commBitTreeDepth(L)) ? L - 1 : commBitTreeDepth(L);
+  c->stages[intra] = c->fillStages[intra] = 2.0 * localStages;
+  c->stages[inter] += 2.0;
+  c->fillStages[inter] += 2.0;
+  if (localStages > 0) c->bytes[intra] = 2.0 * B;
+  c->bytes[inter] = perNic(m, B, minD(nChannels, L));
+  c->reduced = L > 1 ? B : 0;
+}
+
 static void costPat(const commTuneModel* m, const modelShape* s, commFunc_t func, double B, int nChannels,
                     algoCost* c) {
   const int n = s->n, L = s->L, intra = s->intra, inter = s->inter, gate = s->gate, multi = s->multi;
@@ -279,6 +300,7 @@ static int describe(const commTuneModel* m, commFunc_t func, int algo, double B,
   c->chunk = chunk;
   if (commAlgoBuilder(algo, func) == NULL) return 0;
   if (algo == commAlgoOneShot && s.n > COMM_ONESHOT_MAX_RANKS) return 0;
+  if (algo == commAlgoCollNet && (m->collnetChannels < 1 || !s.multi)) return 0;
   if (s.n == 1) return 1; /* a local copy: the call's fixed cost */
   switch (algo) {
     case commAlgoRing: costRing(m, &s, func, B, nChannels, c); return 1;
@@ -287,6 +309,7 @@ static int describe(const commTuneModel* m, commFunc_t func, int algo, double B,
     case commAlgoPat: costPat(m, &s, func, B, nChannels, c); return 1;
     case commAlgoOneShot: costOneShot(m, &s, func, B, nChannels, c); return 1;
     case commAlgoPairwise: costPairwise(m, &s, func, B, nChannels, c); return 1;
+    case commAlgoCollNet: costCollNet(m, &s, func, B, nChannels, c); return 1;
     default: return 0;
   }
 }

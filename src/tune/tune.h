@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include "comm_tuner.h"
 #include "algorithms.h"
+#include "datatype.h"
 
 typedef enum { COMM_LINK_SHM = 0, COMM_LINK_NET = 1, COMM_NUM_LINKS } commLinkKind_t;
 
@@ -59,6 +60,7 @@ typedef struct {
   int nicsPerNode;       /* network links of a node (flat default: 1; the topology will say) */
   int coresPerNode;      /* cores that run a node's ranks (0: as many as ranks). With more ranks than
                               cores, every rank's copies and reductions share them. */
+  int collnetChannels;   /* channels with a collnet group (0: no collnet, commAlgoCollNet is not priced) */
   commTuneConsts k;
 } commTuneModel;
 
@@ -88,6 +90,7 @@ typedef struct {
   size_t chunkBytes;
   double predictedUs;
   int repeatable; /* an identical call always gets this choice (no tuner plugin), so its plan may be kept */
+  size_t nBytes;  /* the call's bytes as priced */
 } commTuneChoice;
 
 /* Choices already made, by (collective, bytes): the same call again costs a lookup (hot loops repeat
@@ -110,12 +113,17 @@ typedef struct commTuner {
   const commTuner_v1_t* plugin;
   void* pluginContext;
   commTuneCacheEntry cache[COMM_TUNE_CACHE];
+  uint64_t collnetWarned; /* reasons already said for collnet choices that ran CollTree (commTuneCollNetCheck) */
 } commTuner;
 
 struct commComm;
 commResult_t commTunerInit(struct commComm* comm);
 int commTuneNicsPerNode(const struct commComm* comm);
 void commTunerFree(struct commComm* comm);
+/* A choice of collnet for a call the groups cannot run (a type or op the network refused; device buffers):
+ * CollTree instead, with one WARN per communicator and reason. Same answer on every rank. */
+void commTuneCollNetCheck(struct commComm* comm, commDataType_t type, const commRedOpArgs* redop, int onDevice,
+                          commTuneChoice* choice);
 /* The algorithm for a collective (not point-to-point). Same answer on every rank. */
 commResult_t commTuneChoose(struct commComm* comm, commFunc_t func, size_t count, size_t eltSize, commTuneChoice* out);
 /* src/tune/device.c: the same for a collective on device buffers: the algorithm as above, then the CUDA

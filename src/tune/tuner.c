@@ -23,7 +23,7 @@
 
 static const char* const funcKeys[commNumFuncs] = {"allreduce",     "broadcast", "reduce",  "allgather",
                                                    "reducescatter", "alltoall",  "sendrecv"};
-static const char* const algoKeys[commNumAlgos] = {"ring", "tree", "colltree", "pat", "oneshot", "pairwise"};
+static const char* const algoKeys[commNumAlgos] = {"ring", "tree", "colltree", "pat", "oneshot", "pairwise", "collnet"};
 static const char* const protoKeys[commNumProtos] = {"ll", "simple"};
 
 /* Index of the name s[0..len) in keys (case-insensitive), or -1. */
@@ -222,12 +222,22 @@ commResult_t commTunerInit(struct commComm* comm) {
                     COMM_LINK_NET, (size_t)(comm->nSlots / 2) * comm->slotBytes, comm->nChannels);
   t->model.nicsPerNode = commTuneNicsPerNode(comm);
   t->model.coresPerNode = comm->minCores; /* the smallest host's: every rank must price alike */
+  t->model.collnetChannels = comm->collnet.nChannels;
   INFO(COMM_TUNE | COMM_INIT,
        "TUNER : %d ranks, %d nodes, at most %d per node, %d NIC(s) and %d cores per node; links intra=%s inter=net",
        comm->nRanks, comm->nNodes, maxLocal, t->model.nicsPerNode, t->model.coresPerNode,
        comm->shmDisable ? "net" : "shm");
   commTuneParseAlgo(commParamStr("COMM_ALGO", NULL), t->allowAlgo);
   commTuneParseProto(commParamStr("COMM_PROTO", NULL), t->allowProto);
+  /* COMM_ALGO asks for collnet (among fewer than all), but the groups are off: CollTree takes its place. */
+  uint32_t all[commNumFuncs];
+  commTuneParseAlgo(NULL, all);
+  uint32_t* ar = &t->allowAlgo[commFuncAllReduce];
+  if (comm->collnet.nChannels == 0 && *ar != all[commFuncAllReduce] && (*ar >> commAlgoCollNet & 1u)) {
+    *ar = (*ar & ~(1u << commAlgoCollNet)) | 1u << commAlgoCollTree;
+    WARN_NOTICE("TUNER : COMM_ALGO asks for collnet, but collnet is off (%s): allreduce runs CollTree instead",
+                comm->collnet.why);
+  }
   loadPlugin(t, comm->nRanks, comm->nNodes);
   comm->tuner = t;
   return commSuccess;
@@ -256,7 +266,42 @@ _Static_assert((int)COMM_TUNER_NUM_PROTOS == (int)commNumProtos, "tuner plugin c
 static int runnable(const struct commComm* comm, int algo, commFunc_t func, size_t nBytes) {
   if (commAlgoBuilder(algo, func) == NULL) return 0;
   if (algo == commAlgoOneShot) return comm->nRanks <= COMM_ONESHOT_MAX_RANKS && nBytes <= comm->oneShotMaxBytes;
+  if (algo == commAlgoCollNet) return comm->collnet.nChannels > 0;
   return 1;
+}
+
+/* One WARN per communicator and reason (bit) for a collnet choice that runs CollTree instead. */
+static void collnetFallback(struct commComm* comm, int reason, const char* fmt, const char* a, const char* b) {
+  commTuner* t = comm->tuner;
+  if (t->collnetWarned >> reason & 1u) return;
+  t->collnetWarned |= (uint64_t)1 << reason;
+  char why[256];
+  snprintf(why, sizeof(why), fmt, a, b);
+  WARN_NOTICE("TUNER : collnet cannot run %s: CollTree instead (said once per communicator)", why);
+}
+
+void commTuneCollNetCheck(struct commComm* comm, commDataType_t type, const commRedOpArgs* redop, int onDevice,
+                          commTuneChoice* choice) {
+  if (choice->algo != commAlgoCollNet) return;
+  int netOp = redop->kind == COMM_REDOP_SUM || redop->kind == COMM_REDOP_PREMULSUM ||
+                      redop->kind == COMM_REDOP_SUMPOSTDIV
+                  ? commSum
+              : redop->kind == COMM_REDOP_PROD ? commProd
+              : redop->kind == COMM_REDOP_MAX  ? commMax
+                                               : commMin;
+  int ok = 1;
+  if (onDevice) {
+    collnetFallback(comm, 0, "device buffers%s%s (only host buffers go through the collnet groups so far)", "", "");
+    ok = 0;
+  } else if (!(comm->collnet.opsOfType[type] >> netOp & 1u)) {
+    collnetFallback(comm, 1 + (int)type * 4 + netOp, "%s with %s: the network does not reduce it", commTypeName(type),
+                    commOpName((commRedOp_t)netOp));
+    ok = 0;
+  }
+  if (ok) return;
+  choice->algo = commAlgoCollTree;
+  if (!onDevice)
+    choice->nChannels = commTuneChannels(&comm->tuner->model, commFuncAllReduce, commAlgoCollTree, choice->nBytes);
 }
 
 commResult_t commTuneChoose(struct commComm* comm, commFunc_t func, size_t count, size_t eltSize, commTuneChoice* out) {
@@ -323,6 +368,7 @@ commResult_t commTuneChoose(struct commComm* comm, commFunc_t func, size_t count
   out->nChannels = pluginChannels ? pluginChannels : commTuneChannels(m, func, best, nBytes);
   out->chunkBytes = commTuneChunkBytes(m, bestProto);
   out->repeatable = !t->plugin;
+  out->nBytes = nBytes;
   out->predictedUs = table[best][bestProto] >= 0
                          ? table[best][bestProto]
                          : commTunePredict(m, func, best, bestProto, nBytes, out->nChannels, out->chunkBytes, NULL);

@@ -27,8 +27,8 @@ static void testParseDefaults(void** state) {
   (void)state;
   uint32_t allow[commNumFuncs];
   commTuneParseAlgo(NULL, allow);
-  assert_int_equal(allow[commFuncAllReduce],
-                   BIT(commAlgoRing) | BIT(commAlgoTree) | BIT(commAlgoCollTree) | BIT(commAlgoOneShot));
+  assert_int_equal(allow[commFuncAllReduce], BIT(commAlgoRing) | BIT(commAlgoTree) | BIT(commAlgoCollTree) |
+                                                 BIT(commAlgoOneShot) | BIT(commAlgoCollNet));
   assert_int_equal(allow[commFuncAllGather], BIT(commAlgoRing) | BIT(commAlgoPat));
   assert_int_equal(allow[commFuncAllToAll], BIT(commAlgoPairwise));
   commTuneParseAlgo("", allow);
@@ -72,7 +72,7 @@ static void testParseMistakes(void** state) {
   assert_int_equal(allow[commFuncAllReduce], supported(commFuncAllReduce));
   commTuneParseAlgo("gather:ring", allow);
   assert_non_null(strstr(commLogLastWarn(), "unknown collective 'gather'"));
-  commTuneParseAlgo("allreduce:^ring,tree,colltree,oneshot", allow);
+  commTuneParseAlgo("allreduce:^ring,tree,colltree,oneshot,collnet", allow);
   assert_non_null(strstr(commLogLastWarn(), "leaves AllReduce nothing"));
   assert_int_equal(allow[commFuncAllReduce], supported(commFuncAllReduce));
   commTuneParseAlgo(";;,:;allreduce:,", allow); /* empty pieces: nothing changes, nothing crashes */
@@ -89,6 +89,7 @@ static void testModelShape(void** state) {
   int shapes[][3] = {{1, 1, 1}, {2, 1, 2}, {8, 1, 8}, {8, 4, 2}, {64, 8, 8}, {1024, 128, 8}};
   for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
     commTuneModelInit(&m, shapes[s][0], shapes[s][1], shapes[s][2], COMM_LINK_SHM, COMM_LINK_NET, 2 << 20, 4);
+    m.collnetChannels = 2; /* priced where the ranks span nodes */
     for (int f = 0; f < commFuncSendRecv; f++) {
       for (int a = 0; a < commNumAlgos; a++) {
         for (int p = 0; p < commNumProtos; p++) {
@@ -98,7 +99,8 @@ static void testModelShape(void** state) {
             double steps = 0;
             double t = commTunePredict(&m, (commFunc_t)f, a, p, bytes, ch, commTuneChunkBytes(&m, p), &steps);
             int exists = commAlgoBuilder(a, (commFunc_t)f) != NULL &&
-                         !(a == commAlgoOneShot && shapes[s][0] > COMM_ONESHOT_MAX_RANKS);
+                         !(a == commAlgoOneShot && shapes[s][0] > COMM_ONESHOT_MAX_RANKS) &&
+                         !(a == commAlgoCollNet && shapes[s][1] < 2);
             if (!exists) {
               assert_true(t < 0);
               continue;
@@ -151,6 +153,38 @@ static void testScalePredictions(void** state) {
   print_message("1024 ranks, 1 GiB allreduce: %s %.0f us (bound %.0f us, %.3fx)\n", commAlgoName(algo), big, bound,
                 big / bound);
   assert_true(big <= 1.10 * bound);
+}
+
+/* Collnet: where the network reduces, a node's link carries the buffer once each way instead of the ring's
+ * 2(n-1)/n: the model prices it below the ring for large allreduces across nodes (4 and 8 hosts, 1 or 2 ranks
+ * each) and leaves small ones to the latency algorithms; without groups it is not priced. */
+static void testCollNetModel(void** state) {
+  (void)state;
+  int shapes[][2] = {{4, 1}, {8, 2}, {16, 2}};
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+    commTuneModel m;
+    int n = shapes[s][0] * shapes[s][1];
+    commTuneModelInit(&m, n, shapes[s][0], shapes[s][1], COMM_LINK_SHM, COMM_LINK_NET, 2 << 20, 2);
+    size_t big = (size_t)64 << 20;
+    double ring = commTunePredict(&m, commFuncAllReduce, commAlgoRing, commProtoSimple, big,
+                                  commTuneChannels(&m, commFuncAllReduce, commAlgoRing, big),
+                                  commTuneChunkBytes(&m, commProtoSimple), NULL);
+    assert_true(commTunePredict(&m, commFuncAllReduce, commAlgoCollNet, commProtoSimple, big, 2,
+                                commTuneChunkBytes(&m, commProtoSimple), NULL) < 0);
+    m.collnetChannels = 2;
+    int ch = commTuneChannels(&m, commFuncAllReduce, commAlgoCollNet, big);
+    assert_true(ch >= 1 && ch <= 2);
+    double cn = commTunePredict(&m, commFuncAllReduce, commAlgoCollNet, commProtoSimple, big, ch,
+                                commTuneChunkBytes(&m, commProtoSimple), NULL);
+    int algo = -1;
+    bestPrediction(&m, commFuncAllReduce, big, &algo);
+    print_message("%d hosts x %d: 64 MiB allreduce ring %.0f us, collnet %.0f us (%.2fx); best %s\n", shapes[s][0],
+                  shapes[s][1], ring, cn, ring / cn, commAlgoName(algo));
+    assert_true(cn > 0 && ring / cn > 1.3);
+    assert_int_equal(algo, commAlgoCollNet);
+    bestPrediction(&m, commFuncAllReduce, 8, &algo);
+    assert_true(algo != commAlgoRing);
+  }
 }
 
 /* A communicator's shape, enough for commTunerInit / commTuneChoose. */
@@ -243,7 +277,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(testParseDefaults), cmocka_unit_test(testParseChoices),     cmocka_unit_test(testParseMistakes),
       cmocka_unit_test(testModelShape),    cmocka_unit_test(testScalePredictions), cmocka_unit_test(testChoose),
-      cmocka_unit_test(testPlugin),
+      cmocka_unit_test(testPlugin),        cmocka_unit_test(testCollNetModel),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

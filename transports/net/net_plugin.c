@@ -35,7 +35,7 @@ static struct {
 } netPlugin;
 static int netSocketInitDone;
 
-static void netLogger(commNetLogLevel_t level, const char* file, int line, const char* fmt, ...) {
+void commNetPluginLogger(commNetLogLevel_t level, const char* file, int line, const char* fmt, ...) {
   commLogLevel_t lvl = level == COMM_NET_LOG_WARN   ? COMM_LOG_WARN
                        : level == COMM_NET_LOG_INFO ? COMM_LOG_INFO
                                                     : COMM_LOG_TRACE;
@@ -54,7 +54,7 @@ static int netUsable(const commNet_t* net, const char* what) {
     WARN("NET : plugin %s has version %d, expected 1 or %d", what, net->version, COMM_NET_PLUGIN_VERSION);
     return 0;
   }
-  if (net->init(netLogger) != commSuccess) {
+  if (net->init(commNetPluginLogger) != commSuccess) {
     WARN("NET : plugin %s failed to initialise", what);
     return 0;
   }
@@ -63,6 +63,25 @@ static int netUsable(const commNet_t* net, const char* what) {
     return 0;
   }
   return 1;
+}
+
+void* commNetPluginOpen(const char* name, char* why, size_t whyLen) {
+  void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  char firstErr[512] = "";
+  if (!handle) {
+    const char* e = dlerror();
+    snprintf(firstErr, sizeof(firstErr), "%s", e ? e : "unknown error");
+  }
+  static const char* const altNames[] = {"libcomm-net-%s.so", "libnccl-net-%s.so"};
+  for (size_t i = 0; !handle && !strchr(name, '/') && i < sizeof(altNames) / sizeof(altNames[0]); i++) {
+    char alt[300];
+    snprintf(alt, sizeof(alt), altNames[i], name);
+    handle = dlopen(alt, RTLD_NOW | RTLD_LOCAL);
+  }
+  if (!handle)
+    snprintf(why, whyLen, "%s%s", firstErr,
+             strchr(name, '/') ? "" : " (nor libcomm-net-<name>.so, libnccl-net-<name>.so)");
+  return handle;
 }
 
 /* Load (or share) the library named by COMM_NET_PLUGIN; NULL with a WARN if it cannot be used. Tries the
@@ -78,21 +97,10 @@ static const commNet_t* netLoadLibrary(const char* name) {
     WARN("NET : COMM_NET_PLUGIN=%s but plugin %s is already in use by this process", name, netPlugin.name);
     return NULL;
   }
-  void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-  char firstErr[512] = "";
+  char why[600];
+  void* handle = commNetPluginOpen(name, why, sizeof(why));
   if (!handle) {
-    const char* e = dlerror();
-    snprintf(firstErr, sizeof(firstErr), "%s", e ? e : "unknown error");
-  }
-  static const char* const altNames[] = {"libcomm-net-%s.so", "libnccl-net-%s.so"};
-  for (size_t i = 0; !handle && !strchr(name, '/') && i < sizeof(altNames) / sizeof(altNames[0]); i++) {
-    char alt[300];
-    snprintf(alt, sizeof(alt), altNames[i], name);
-    handle = dlopen(alt, RTLD_NOW | RTLD_LOCAL);
-  }
-  if (!handle) {
-    WARN("NET : cannot load COMM_NET_PLUGIN=%s: %s%s", name, firstErr,
-         strchr(name, '/') ? "" : " (nor libcomm-net-<name>.so, libnccl-net-<name>.so)");
+    WARN("NET : cannot load COMM_NET_PLUGIN=%s: %s", name, why);
     return NULL;
   }
   const commNet_t* net = (const commNet_t*)dlsym(handle, COMM_NET_PLUGIN_SYMBOL);
@@ -177,7 +185,7 @@ static const commNet_t* netIbGet(char* why, size_t whyLen) {
       const commNet_t* ib = commNetIbPlugin(verbs);
       const char* hca = commParamStr("COMM_IB_HCA", NULL);
       int ndev = 0;
-      if (ib->init(netLogger) != commSuccess) {
+      if (ib->init(commNetPluginLogger) != commSuccess) {
         snprintf(netIbWhy, sizeof(netIbWhy), "the IB network failed to initialise over %s", netIbHow);
       } else if (ib->devices(&ndev) != commSuccess || ndev < 1) {
         snprintf(netIbWhy, sizeof(netIbWhy), "%s found no active RDMA port%s%s", netIbHow,

@@ -61,9 +61,8 @@ static commResult_t adRes(ncclResult_t r) {
 
 /* ---------------------------------------------------------------- logging and profiling callbacks */
 
-static void adLogger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
-  (void)flags;
-  commNetLogger_t lg = ad.logger;
+void commNetNcclLogV(commNetLogger_t lg, ncclDebugLogLevel level, const char* file, int line, const char* fmt,
+                     va_list ap) {
   if (!lg || level == NCCL_LOG_NONE || !fmt) return;
   commNetLogLevel_t ours;
   commLogLevel_t lvl;
@@ -79,11 +78,16 @@ static void adLogger(ncclDebugLogLevel level, unsigned long flags, const char* f
   }
   if (lvl != COMM_LOG_WARN && !COMM_LOG_ENABLED((int)lvl)) return; /* do not format what nobody reads */
   char buf[1024];
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  lg(ours, file ? file : "?", line, "%s", buf);
+}
+
+static void adLogger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
+  (void)flags;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
+  commNetNcclLogV(ad.logger, level, file, line, fmt, ap);
   va_end(ap);
-  lg(ours, file ? file : "?", line, "%s", buf);
 }
 
 /* v10's network profiler callback: libcomm has no network profiler; a started event gets no handle. */

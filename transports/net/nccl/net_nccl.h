@@ -266,6 +266,10 @@ typedef struct {
  * version (v7 or below), which is not supported. One adapter per process (net.c loads one network library
  * at a time): a later call replaces the wrapped table. Called with net.c's plugin lock held. */
 const commNet_t* commNetNcclWrap(void* lib, const char* what);
+/* An NCCL plugin's log line (level, printf format and arguments) to libcomm's logger lg. */
+#include <stdarg.h>
+void commNetNcclLogV(commNetLogger_t lg, ncclDebugLogLevel level, const char* file, int line, const char* fmt,
+                     va_list ap);
 #endif
 
 #ifdef __cplusplus
