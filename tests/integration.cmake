@@ -153,3 +153,17 @@ comm_it_test(destroy_alone.ib COMMAND test_destroy_alone ib 3 ENV ${COMM_IT_IB_F
 set_tests_properties(integration.destroy_alone.ib PROPERTIES SKIP_RETURN_CODE 77)
 comm_it_test(destroy_alone.missing_shm COMMAND test_destroy_alone missing-shm 2 LABELS "mp;faults")
 comm_it_test(destroy_alone.missing_socket COMMAND test_destroy_alone missing-socket 2 LABELS "mp;net;faults")
+
+# Collnet (issue 20) through NCCL's CollNet ABI: mp_colls with the example CollNet plugin of tests/plugins
+# (built in tests/CMakeLists.txt), every rank group a host of its own: every allreduce case over the v11 table,
+# a failing connect and collnet off; then (heavy: not in the sanitizer pass) the v8, v9, v10 tables, two ranks per
+# host and operations cut below a slot.
+foreach(part main versions)
+  set(labels "mp;net;collnet")
+  if(part STREQUAL versions)
+    set(labels "mp;net;collnet;heavy")
+  endif()
+  comm_it_test(collnet_nccl.${part} COMMAND ${COMM_IT_DIR}/collnet_check.sh ${part} $<TARGET_FILE:mp_colls>
+    $<TARGET_FILE:nccl_collnet_example> $<TARGET_FILE:nccl_collnet_example_v8> $<TARGET_FILE:nccl_collnet_example_v9>
+    $<TARGET_FILE:nccl_collnet_example_v10> LABELS "${labels}")
+endforeach()

@@ -52,13 +52,13 @@ typedef struct {
   const char* dotPath;
   const char* pngPath;
   const char* xmlPath;
-  int quiet, all, rdma;
+  int quiet, all, rdma, collnet;
 } topoOpts;
 
 static void usage(FILE* f, const char* prog) {
   fprintf(f,
           "usage: %s [-f topo.xml] [-n nranks] [-R ranks-per-host] [-c channels] [-d out.dot] [-p out.png]\n"
-          "          [-x out.xml] [-q] [-a] [-i]\n"
+          "          [-x out.xml] [-q] [-a] [-i] [-C]\n"
           "  -f FILE   load the topology from FILE (default: COMM_TOPO_FILE, else discover this machine)\n"
           "  -n N      ranks (default: ranks per host x hosts)\n"
           "  -R L      ranks per host (default: the most GPUs of any host, or 1 without GPUs; when only -n is\n"
@@ -72,6 +72,8 @@ static void usage(FILE* f, const char* prog) {
           "  -a        print everything: every host in full, whole rings, every rank\n"
           "  -i        list the RDMA devices the IB transport sees (libibverbs; COMM_IB_FAKE: the fake), their\n"
           "            ports, GIDs, the GPU each serves and whether GPUDirect RDMA would be used\n"
+          "  -C        collnet: whether it would be on (COMM_COLLNET_ENABLE), the plugin (COMM_AGGD,\n"
+          "            COMM_COLLNET_PLUGIN, COMM_NET_PLUGIN), what it reduces, each channel's group members\n"
           "Exit status: 0; 1 load or write error; 2 bad arguments; 3 no dot for -p.\n",
           prog, COMM_MAX_CHANNELS);
 }
@@ -361,14 +363,6 @@ static int printHost(const commTopo* topo, int h, int all) {
 /* ---------------------------------------------------------------------------------------------------- */
 /* Ranks, rings, trees, transports */
 
-typedef struct {
-  const commTopo* topo;
-  int n, perHost, nNodes, nChannels;
-  commTopoRank* ranks;
-  int* rings;     /* nChannels x n */
-  int* parent[2]; /* per tree: parent node of each node */
-  int* child[2];  /* per tree: 2 children of each node */
-} comm_layout;
 
 static void rankDevice(const commTopo* topo, const commTopoRank* rk, char* buf, size_t len) {
   const commTopoNode* nd = &topo->nodes[rk->dev];
@@ -635,7 +629,7 @@ int main(int argc, char** argv) {
   topoOpts o;
   memset(&o, 0, sizeof(o));
   int opt;
-  while ((opt = getopt(argc, argv, "f:n:R:c:d:p:x:qaih")) != -1) {
+  while ((opt = getopt(argc, argv, "f:n:R:c:d:p:x:qaiCh")) != -1) {
     int bad = 0;
     switch (opt) {
       case 'f': o.file = optarg; break;
@@ -648,6 +642,7 @@ int main(int argc, char** argv) {
       case 'q': o.quiet = 1; break;
       case 'a': o.all = 1; break;
       case 'i': o.rdma = 1; break;
+      case 'C': o.collnet = 1; break;
       case 'h': usage(stdout, argv[0]); return 0;
       default: bad = 1;
     }
@@ -746,6 +741,7 @@ int main(int argc, char** argv) {
     printTrees(&L, o.all);
     printTransports(&L);
   }
+  if (o.collnet) printCollNet(&L);
 
   int status = 0;
   int nShown = o.all ? topo->nHosts : 1;

@@ -162,7 +162,9 @@ void describe(const tcase* c, char* buf, size_t len) {
 tcase* cases;
 size_t ncases;
 static size_t capcases;
+int allReduceOnly;
 static void add(int coll, commDataType_t t, int op, double scalar, int root, size_t count, int inplace) {
+  if (allReduceOnly && coll != C_ALLREDUCE) return;
   if (ncases == capcases) {
     capcases = capcases ? 2 * capcases : 1024;
     cases = realloc(cases, capcases * sizeof(*cases));

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# collnet_check.sh main|versions MP_COLLS COLLNET_V11 COLLNET_V8 COLLNET_V9 COLLNET_V10
+# ("main": every allreduce case over v11, a failing connect, collnet off; "versions": the v8, v9 and v10 tables,
+# two ranks per host and operations cut below a slot)
+# Collnet through NCCL's CollNet ABI (transports/collnet/, the adapter transports/collnet/nccl/collnet_nccl.c),
+# end to end with the example plugin of tests/plugins/nccl_collnet_example.c (a TCP star that reduces at member
+# 0, in member order), which also carries the example NCCL net plugin. mp_colls checks every collective against
+# a host reference (exact values); each forked rank group is a host of its own (-rph). From every rank's INFO
+# log it checks that:
+#  - collnet is on (COLLNET : on) with the version of the plugin's table the library exports, newest first;
+#  - allreduces ran the CollNet algorithm (COMM_ALGO=collnet forces it) and passed, with 1 and 2 ranks per
+#    host, also with operations cut below a slot (NCCL_EXAMPLE_COLLNET_MAX_BYTES);
+#  - types the plugin refuses (float8) ran CollTree with a WARN that says why;
+#  - a member whose connect fails turns collnet off on every rank with a WARN naming it; collectives pass;
+#  - without COMM_COLLNET_ENABLE collnet is off and says so; COMM_ALGO=collnet then WARNs.
+# SPDX-License-Identifier: Apache-2.0
+set -uo pipefail
+PART=${1:?usage: collnet_check.sh main|versions MP_COLLS COLLNET_V11 COLLNET_V8 COLLNET_V9 COLLNET_V10}
+MP=${2:?mp_colls}
+V11=${3:?plugin v11}
+V8=${4:?plugin v8}
+V9=${5:?plugin v9}
+V10=${6:?plugin v10}
+LOGS=$(mktemp -d "${TMPDIR:-/tmp}/collnet_check.XXXXXX")
+trap 'if [[ -n "${KEEP_LOGS:-}" ]]; then echo "collnet_check: logs kept in $LOGS"; else rm -rf "$LOGS"; fi' EXIT
+
+fails=0
+fail() { echo "collnet_check: FAIL: $*"; fails=$((fails + 1)); }
+
+# run NAME PLUGIN [VAR=VALUE...] -- MP_COLLS ARGS: runs mp_colls with the plugin, logs in $LOGS/NAME/.
+run() {
+  local name=$1 plugin=$2
+  shift 2
+  local envs=()
+  while [[ $# -gt 0 && $1 != -- ]]; do envs+=("$1"); shift; done
+  shift
+  mkdir -p "$LOGS/$name"
+  env COMM_NET_PLUGIN="$plugin" COMM_DEBUG=INFO COMM_DEBUG_FILE="$LOGS/$name/rank.%p.log" COMM_TIMEOUT_MS=60000 \
+    ${envs[@]+"${envs[@]}"} "$MP" -w 240 "$@" >"$LOGS/$name/out" 2>&1
+  local status=$?
+  if [[ $status -ne 0 ]] || ! grep -q "^mp_colls: PASS" "$LOGS/$name/out"; then
+    fail "$name: mp_colls exited with $status; the end of its output:"
+    tail -n 20 "$LOGS/$name/out"
+    return 1
+  fi
+  return 0
+}
+
+# has NAME [grep options] PATTERN: some rank's log of run NAME has a matching line.
+has() {
+  local name=$1
+  shift
+  grep -q "$@" "$LOGS/$name"/rank.*.log 2>/dev/null
+}
+count() {
+  local name=$1
+  shift
+  cat "$LOGS/$name"/rank.*.log 2>/dev/null | grep -c "$@"
+}
+
+# check_on NAME VERSION RANKS: collnet on at every rank of every communicator spanning nodes (mp_colls makes
+# several: the world and its splits), never off; the plugin's table version; allreduces over CollNet.
+check_on() {
+  local name=$1 ver=$2 ranks=$3
+  local on
+  on=$(count "$name" -F "COLLNET : on:")
+  [[ $on -ge $ranks ]] || fail "$name: collnet on at $on rank communicators, fewer than the $ranks ranks"
+  if has "$name" -F "COLLNET : off on every rank"; then
+    fail "$name: collnet went off:"
+    cat "$LOGS/$name"/rank.*.log | grep -F "COLLNET : off on every rank" | head -n 2
+  fi
+  has "$name" -F "(ncclCollNetPlugin_v$ver)" || fail "$name: the adapter did not load ncclCollNetPlugin_v$ver"
+  local algo
+  algo=$(count "$name" -E "AllReduce: .* algo CollNet ")
+  echo "collnet_check: $name: collnet on in $on rank communicators, $algo allreduce plans over CollNet"
+  [[ $algo -gt 0 ]] || fail "$name: no allreduce ran the CollNet algorithm"
+}
+
+F=COMM_COLLNET_ENABLE=1
+A=COMM_ALGO=allreduce:collnet
+if [[ $PART == main ]]; then
+  # 1. the v11 table: every allreduce case (-A: every type, op, count, in place or not), one rank per host.
+  if run v11 "$V11" $F $A -- -np 4 -rph 1 -A; then
+    check_on v11 11 4
+    has v11 -E "WARN.*collnet cannot run float8e4m3 with (sum|prod|max|min): the network does not reduce it" ||
+      fail "v11: no WARN for float8, which the plugin refuses"
+  fi
+  # 2. a member that cannot connect: off on every rank, named, collectives still right.
+  if run failconnect "$V11" $F $A NCCL_EXAMPLE_COLLNET_FAIL_CONNECT_RANK=1 NCCL_EXAMPLE_COLLNET_TIMEOUT_MS=3000 -- \
+    -np 3 -rph 1 -A -q; then
+    n=$(count failconnect -E "WARN.*COLLNET : off on every rank .*rank [0-9]+ could not take part")
+    [[ $n -ge 3 ]] || fail "failconnect: $n rank communicators said collnet is off and who could not take part"
+    has failconnect -F "COLLNET : on:" && fail "failconnect: collnet on somewhere"
+  fi
+  # 3. not enabled: off, says why; COMM_ALGO=collnet WARNs and runs CollTree.
+  if run off "$V11" $A -- -np 2 -rph 1 -A -q; then
+    has off -F "COLLNET : off: COMM_COLLNET_ENABLE" || fail "off: no INFO line saying collnet is off and why"
+    has off -E "WARN.*COMM_ALGO asks for collnet, but collnet is off" || fail "off: COMM_ALGO=collnet did not WARN"
+    has off -E "algo CollNet " && fail "off: an allreduce ran CollNet"
+  fi
+else
+  # 4. two ranks per host; operations cut at 16 KiB (several per slot); the older tables.
+  if run v11_2ph "$V11" $F $A -- -np 4 -rph 2 -A -q; then check_on v11_2ph 11 4; fi
+  if run v11_cut "$V11" $F $A NCCL_EXAMPLE_COLLNET_MAX_BYTES=16384 -- -np 3 -rph 1 -A -q; then
+    check_on v11_cut 11 3
+  fi
+  for v in 8 9 10; do
+    lib=V$v
+    if run "v$v" "${!lib}" $F $A -- -np 2 -rph 1 -A -q; then check_on "v$v" "$v" 2; fi
+  done
+fi
+
+if [[ $fails -ne 0 ]]; then
+  echo "collnet_check: $fails failure(s); logs in $LOGS"
+  KEEP_LOGS=1
+  exit 1
+fi
+echo "collnet_check: PASS"
