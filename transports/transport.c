@@ -383,6 +383,7 @@ void commTransportOpDone(struct commComm* comm) {
 void commTransportDevLaunched(struct commComm* comm) {
   for (int t = 0; t < COMM_NUM_TRANSPORTS; t++)
     if (transports[t] && transports[t]->devLaunched) transports[t]->devLaunched(comm);
+  commCollNetDevLaunched(comm);
 }
 
 commResult_t commTransportCloseAll(struct commComm* comm) {

@@ -141,6 +141,8 @@ commResult_t commCollNetSetup(struct commComm* comm, int nChannels, const int* m
 commResult_t commCollNetFree(struct commComm* comm);
 /* Post and complete what the collnet groups can without waiting (the host executor, every round). */
 commResult_t commCollNetProgressAll(struct commComm* comm);
+/* A kernel that may use the device lanes was launched: their proxy thread stays awake (collnet_dev.c). */
+void commCollNetDevLaunched(struct commComm* comm);
 /* How many collnet channels init should form (COMM_COLLNET_NCHANNELS), 0 when collnet is not wanted
  * (COMM_COLLNET_ENABLE / NCCL_COLLNET_ENABLE unset, one node, one rank), with the reason in comm->collnet.why. */
 int commCollNetWanted(struct commComm* comm);

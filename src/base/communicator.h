@@ -42,11 +42,14 @@ typedef struct {
    * reduction (schedule peer COMM_PEER_COLLNET); NULL elsewhere. */
   commConn* collnetSend;
   commConn* collnetRecv;
+  commConn* collnetDevSend; /* the same for device buffers (the CUDA kernel's), when collnet.devOn */
+  commConn* collnetDevRecv;
 } commChannel;
 
 /* What the collnet transport decided at init, the same on every rank (transports/collnet/collnet.c). */
 typedef struct {
   int nChannels;                   /* channels with a collnet group (0: collnet is off) */
+  int devOn;                       /* device buffers have groups of their own too (GPU-bound ranks) */
   uint8_t opsOfType[commNumTypes]; /* bit op (commSum..commMin): every member's network reduces type with op */
   char plugin[64];                 /* the plugin's name, for logs */
   char why[192];                   /* collnet off: why (COMM_COLLNET_ENABLE unset, one node, a member failed ...) */

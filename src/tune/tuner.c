@@ -290,8 +290,9 @@ void commTuneCollNetCheck(struct commComm* comm, commDataType_t type, const comm
               : redop->kind == COMM_REDOP_MAX  ? commMax
                                                : commMin;
   int ok = 1;
-  if (onDevice) {
-    collnetFallback(comm, 0, "device buffers%s%s (only host buffers go through the collnet groups so far)", "", "");
+  if (onDevice && !comm->collnet.devOn) {
+    collnetFallback(comm, 0, "device buffers%s%s (this communicator has no device groups: see the COLLNET WARN)", "",
+                    "");
     ok = 0;
   } else if (!(comm->collnet.opsOfType[type] >> netOp & 1u)) {
     collnetFallback(comm, 1 + (int)type * 4 + netOp, "%s with %s: the network does not reduce it", commTypeName(type),

@@ -3,6 +3,7 @@
  * per communicator, and, when asked, the executor stream's own CUDA state (commDevCheckError,
  * commDevPollError). */
 #include <cuda_runtime_api.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "check.h"
@@ -24,15 +25,18 @@ commResult_t commDevCheckError(commComm* comm, int queryStream) {
                                                                     : commInvalidUsage;
     if (!s->errorReported) {
       s->errorReported = 1;
+      char peer[32];
+      if (e->peer == COMM_PEER_COLLNET) snprintf(peer, sizeof(peer), "the collnet group");
+      else snprintf(peer, sizeof(peer), "rank %d", (int)e->peer);
       if (code == COMM_DEV_TIMEOUT)
         WARN("rank %d: operation opCount %llu on device timed out: no progress for %lld ms (COMM_TIMEOUT_MS) "
-             "while %s rank %d on channel %d",
+             "while %s %s on channel %d",
              comm->rank, (unsigned long long)e->opCount, (long long)comm->timeoutMs,
-             e->isSend ? "waiting for FIFO space to" : "waiting for data from", e->peer, e->channel);
+             e->isSend ? "waiting for FIFO space to" : "waiting for data from", peer, e->channel);
       else if (code == COMM_DEV_NET_FAILED)
-        WARN("rank %d: operation opCount %llu on device: the network connection %s rank %d on channel %d failed "
-             "(the peer closed it or the network failed; COMM_DEBUG=INFO shows the NET proxy's line on it)",
-             comm->rank, (unsigned long long)e->opCount, e->isSend ? "to" : "from", e->peer, e->channel);
+        WARN("rank %d: operation opCount %llu on device: the network connection %s %s on channel %d failed "
+             "(the peer closed it or the network failed; COMM_DEBUG=INFO shows the NET or COLLNET line on it)",
+             comm->rank, (unsigned long long)e->opCount, e->isSend ? "to" : "from", peer, e->channel);
       else if (code == COMM_DEV_SIG_MISMATCH) {
         commOpSig mine, theirs;
         memcpy(&mine, (const void*)e->mySig, sizeof(mine));
@@ -44,8 +48,8 @@ commResult_t commDevCheckError(commComm* comm, int queryStream) {
              comm->rank, (unsigned long long)e->opCount, (unsigned long long)e->got, e->peer, e->channel,
              (unsigned long long)e->expected);
       else
-        WARN("rank %d: operation opCount %llu on device was aborted while %s rank %d on channel %d", comm->rank,
-             (unsigned long long)e->opCount, e->isSend ? "sending to" : "receiving from", e->peer, e->channel);
+        WARN("rank %d: operation opCount %llu on device was aborted while %s %s on channel %d", comm->rank,
+             (unsigned long long)e->opCount, e->isSend ? "sending to" : "receiving from", peer, e->channel);
     }
   } else if (queryStream) {
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;

@@ -87,8 +87,8 @@ static commResult_t planLayout(commComm* comm, const commPlan* plan, connKey* ke
         WARN("rank %d: %s: unknown primitive %d in schedule", comm->rank, commFuncName(plan->func), st->prim);
         return commInternalError;
       }
-      stepConn[2 * k] = st->sendPeer >= 0 ? connIndex(keys, &nConns, c, st->sendPeer, 1) : -1;
-      stepConn[2 * k + 1] = st->recvPeer >= 0 ? connIndex(keys, &nConns, c, st->recvPeer, 0) : -1;
+      stepConn[2 * k] = st->sendPeer != -1 ? connIndex(keys, &nConns, c, st->sendPeer, 1) : -1;
+      stepConn[2 * k + 1] = st->recvPeer != -1 ? connIndex(keys, &nConns, c, st->recvPeer, 0) : -1;
       size_t n = (st->count > st->recvCount ? st->count : st->recvCount) * plan->eltSize;
       if (n > most) most = n;
     }
@@ -113,11 +113,14 @@ static commResult_t planFill(commComm* comm, const commPlan* plan, const connKey
   commDevConn* conns = (commDevConn*)area;
   for (int i = 0; i < hdr->nConns; i++) {
     commChannel* ch = &comm->channels[keys[i].channel];
-    commConn* conn = keys[i].isSend ? ch->devSend[keys[i].peer] : ch->devRecv[keys[i].peer];
+    int peer = keys[i].peer;
+    commConn* conn = peer == COMM_PEER_COLLNET ? (keys[i].isSend ? ch->collnetDevSend : ch->collnetDevRecv)
+                     : keys[i].isSend          ? ch->devSend[peer]
+                                               : ch->devRecv[peer];
     if (conn == NULL) {
-      WARN("rank %d: %s opCount %llu: no device connection %s rank %d on channel %d", comm->rank,
-           commFuncName(plan->func), (unsigned long long)plan->opCount, keys[i].isSend ? "to" : "from", keys[i].peer,
-           keys[i].channel);
+      WARN("rank %d: %s opCount %llu: no device connection %s %s %d on channel %d", comm->rank,
+           commFuncName(plan->func), (unsigned long long)plan->opCount, keys[i].isSend ? "to" : "from",
+           peer == COMM_PEER_COLLNET ? "the collnet group" : "rank", peer, keys[i].channel);
       return commInternalError;
     }
     if (conn->transport == NULL || conn->transport->devConn == NULL) {
