@@ -18,12 +18,22 @@
  *  - FIFO capacity. A connection (channel, sender, receiver) holds nSlots pieces: the sender may hand
  *    over piece k only when the receiver has consumed piece k - nSlots, and learns it lat later (the
  *    credit travels back over the same link class).
+ *  - CollNet (steps whose peer is COMM_PEER_COLLNET): per channel, the group of the (rank, channel)s that
+ *    name it. A member's pieces go into a local queue of nSlots; the queue's head is posted while the member
+ *    has fewer than nSlots pieces posted and not yet received (its receive FIFO), as the verifier runs it
+ *    (src/sched/verify_collnet.c): a member is at most 2 nSlots pieces ahead of its receives, and the
+ *    queue and credits are local (no latency). A posted piece crosses the node's uplink (the inter link: the
+ *    NIC the node's other network sends use) and reaches the switch lat later; once every member's k-th
+ *    piece is there the result leaves aggUs later over each member's downlink (a second resource per node,
+ *    the NIC's receive direction: full duplex) and arrives lat after it has crossed it.
  *  - The total is callUs plus the time the last (rank, channel) finishes.
- * What is not modelled: receive-side contention (incast on a NIC or a rank), memory bandwidth shared by
- * the ranks of a node, CPU cores shared by executors and channels, network topology beyond one NIC per
- * node (no switches, no congestion), protocol details beyond the model's factors (LL runs as Simple with
- * smaller steps, as on the host executor), jitter. Link reservations are made in the order actions are
- * simulated (by their start time), which may differ slightly from the order of their hand-over times.
+ * What is not modelled: receive-side contention (incast on a NIC or a rank; collnet's downlink aside),
+ * memory bandwidth shared by the ranks of a node, CPU cores shared by executors and channels, network
+ * topology beyond one NIC per node (no switches but collnet's, no congestion; the aggregation has no
+ * bandwidth limit of its own), protocol details beyond the model's factors (LL runs as Simple with smaller
+ * steps, as on the host executor), jitter. Link reservations are made in the order actions are simulated
+ * (by their start time), which may differ slightly from the order of their hand-over times (a collnet
+ * result's downlinks are reserved when its last piece is posted).
  *
  * Algorithm. Actions are taken from a heap ordered by the time they become possible. A (rank, channel)
  * whose next piece waits for data that is not sent yet, or for a credit not returned yet, is not in the
@@ -83,12 +93,12 @@ int simSetAddRank(simSet* s, int rank, const commSchedule* sched, size_t eltSize
       simStep* o = &s->steps[s->nSteps++];
       int p = st->prim;
       o->prim = (uint8_t)p;
-      o->sendPeer = simPrimSends(p) ? st->sendPeer : -1;
-      o->recvPeer = simPrimRecvs(p) ? st->recvPeer : -1;
+      o->sendPeer = simPrimSends(p) && simHasPeer(st->sendPeer) ? st->sendPeer : -1;
+      o->recvPeer = simPrimRecvs(p) && simHasPeer(st->recvPeer) ? st->recvPeer : -1;
       o->bytes = (uint64_t)st->count * eltSize;
       o->recvBytes = (uint64_t)(p == COMM_PRIM_SEND_RECV ? st->recvCount : st->count) * eltSize;
-      if (o->sendPeer < 0 && p == COMM_PRIM_SEND_RECV) o->bytes = 0;
-      if (o->recvPeer < 0) o->recvBytes = 0;
+      if (o->sendPeer == -1 && p == COMM_PRIM_SEND_RECV) o->bytes = 0;
+      if (o->recvPeer == -1) o->recvBytes = 0;
     }
   }
   off[s->maxCh] = s->nSteps; /* the next rank's channel 0 starts here (rewritten when it is added) */
@@ -105,6 +115,27 @@ void simSetFree(simSet* s) {
 /* ---------------------------------------------------------------------------------------------------- */
 /* Simulator state */
 
+/* A member of a channel's collnet group: rings of nSlots per piece, CN_* (pieces handed over by the
+ * executor, their sizes, when they were posted, when results arrive, when results were consumed). */
+enum { CN_HAND = 0, CN_SIZE, CN_POST, CN_ARRIVE, CN_FREE, CN_RINGS };
+typedef struct {
+  uint32_t pushed, posted, popped, ready; /* pieces handed over, posted, results consumed, results known */
+  int proc, node, ch;
+} smember;
+
+typedef struct {
+  uint32_t k;   /* the piece this window slot collects */
+  int n;        /* members whose piece k is posted; 0: slot free */
+  double tmax;  /* when the last of them reaches the switch */
+  double bytes; /* the piece's size (the members' largest) */
+} spiece;
+
+typedef struct {
+  int first, n;  /* members mem[first .. first + n) */
+  uint32_t done; /* pieces whose result went out */
+  spiece* win;   /* nSlots + 1 slots: pieces posted by some members but not all */
+} sgroup;
+
 typedef struct {
   uint32_t pushed, popped; /* pieces handed over by the sender, consumed by the receiver */
   int res;                 /* the sender's link: a rank's intra link, or nRanks + node for a NIC */
@@ -119,6 +150,7 @@ typedef struct {
   uint32_t sPieces, rPieces; /* pieces of the current step */
   int sc, rc;                /* connections of the current step, or -1 */
   uint8_t entered, started, queued;
+  uint8_t snet, rnet; /* the current step sends to / receives from the collnet group (sc / rc: member) */
 } sproc;
 
 typedef struct {
@@ -149,6 +181,15 @@ typedef struct {
   double* stepEnd;
   size_t actions;
   int oom;
+  /* CollNet (NULL / 0 when no step names COMM_PEER_COLLNET) */
+  int* memberOf; /* per proc: its index in mem, or -1 */
+  smember* mem;
+  double* memTimes; /* per member: CN_RINGS rings of nSlots */
+  int nMem;
+  sgroup groups[COMM_MAX_CHANNELS];
+  double* downFree; /* per node: its downlink (the NIC's receive side) is free from this time */
+  int acting;       /* the proc whose action runs (woken by the main loop afterwards), or -1 */
+  const char* err;  /* why the simulation gave up, when not out of memory */
 } simCtx;
 
 static size_t hashKey(uint64_t k) {
@@ -274,10 +315,14 @@ static int enterStep(simCtx* S, int pi) {
   P->started = 0;
   P->sDone = P->rDone = 0;
   P->sc = P->rc = -1;
-  P->sPieces = st->sendPeer >= 0 ? piecesOf(st->bytes, S->p->pieceBytes) : 0;
-  P->rPieces = st->recvPeer >= 0 ? piecesOf(st->recvBytes, S->p->pieceBytes) : 0;
-  if (P->sPieces && (P->sc = getConn(S, ch, rank, st->sendPeer)) < 0) return -1;
-  if (P->rPieces && (P->rc = getConn(S, ch, st->recvPeer, rank)) < 0) return -1;
+  P->snet = st->sendPeer == COMM_PEER_COLLNET;
+  P->rnet = st->recvPeer == COMM_PEER_COLLNET;
+  P->sPieces = simHasPeer(st->sendPeer) ? piecesOf(st->bytes, S->p->pieceBytes) : 0;
+  P->rPieces = simHasPeer(st->recvPeer) ? piecesOf(st->recvBytes, S->p->pieceBytes) : 0;
+  if (P->sPieces && P->snet) P->sc = S->memberOf[pi];
+  else if (P->sPieces && (P->sc = getConn(S, ch, rank, st->sendPeer)) < 0) return -1;
+  if (P->rPieces && P->rnet) P->rc = S->memberOf[pi];
+  else if (P->rPieces && (P->rc = getConn(S, ch, st->recvPeer, rank)) < 0) return -1;
   return 0;
 }
 
@@ -306,6 +351,151 @@ enum { ACT_LOCAL = 0, ACT_SEND, ACT_RECV };
 
 static double maxD(double a, double b) { return a > b ? a : b; }
 
+/* ---------------------------------------------------------------------------------------------------- */
+/* CollNet groups */
+
+static int wake(simCtx* S, int pi);
+
+static double* cnRing(simCtx* S, int mi, int which) {
+  return &S->memTimes[((size_t)mi * CN_RINGS + (size_t)which) * (size_t)S->nSlots];
+}
+
+/* Finds the groups: on each channel, the procs with a step that names COMM_PEER_COLLNET. 0, or -1 when
+ * out of memory. Nothing is allocated when there are none. */
+static int collnetSetup(simCtx* S) {
+  const simSet* s = S->s;
+  int count[COMM_MAX_CHANNELS] = {0};
+  int* mark = NULL;
+  for (int pi = 0; pi < S->nProcs; pi++) {
+    for (size_t i = s->off[pi]; i < s->off[pi + 1]; i++) {
+      if (s->steps[i].sendPeer != COMM_PEER_COLLNET && s->steps[i].recvPeer != COMM_PEER_COLLNET) continue;
+      if (mark == NULL && (mark = calloc((size_t)S->nProcs, sizeof(int))) == NULL) return -1;
+      mark[pi] = 1;
+      count[pi % s->maxCh]++;
+      S->nMem++;
+      break;
+    }
+  }
+  if (S->nMem == 0) return 0;
+  S->memberOf = mark;
+  S->mem = calloc((size_t)S->nMem, sizeof(smember));
+  S->memTimes = calloc((size_t)S->nMem * CN_RINGS * (size_t)S->nSlots, sizeof(double));
+  S->downFree = calloc((size_t)S->p->nNodes, sizeof(double));
+  if (S->mem == NULL || S->memTimes == NULL || S->downFree == NULL) return -1;
+  int first = 0;
+  for (int ch = 0; ch < s->maxCh; ch++) {
+    sgroup* G = &S->groups[ch];
+    G->first = first;
+    first += count[ch];
+    if (count[ch] > 0 && (G->win = calloc((size_t)S->nSlots + 1, sizeof(spiece))) == NULL) return -1;
+  }
+  for (int pi = 0; pi < S->nProcs; pi++) { /* members in rank order within each channel */
+    if (!mark[pi]) {
+      mark[pi] = -1;
+      continue;
+    }
+    sgroup* G = &S->groups[pi % s->maxCh];
+    int mi = G->first + G->n++;
+    mark[pi] = mi;
+    S->mem[mi].proc = pi;
+    S->mem[mi].ch = pi % s->maxCh;
+    S->mem[mi].node = S->p->nodeOf[pi / s->maxCh];
+  }
+  return 0;
+}
+
+/* Every member's piece w->k is at the switch: the result leaves aggUs after the last and crosses each
+ * member's downlink. */
+static int cnComplete(simCtx* S, sgroup* G, spiece* w) {
+  const uint32_t ns = (uint32_t)S->nSlots;
+  double out = w->tmax + S->p->aggUs;
+  for (int i = 0; i < G->n; i++) {
+    smember* R = &S->mem[G->first + i];
+    double start = maxD(out, S->downFree[R->node]);
+    double end = start + w->bytes / S->bw[1];
+    S->downFree[R->node] = end;
+    cnRing(S, G->first + i, CN_ARRIVE)[R->ready % ns] = end + S->lat[1];
+    R->ready++;
+    if (R->proc != S->acting && wake(S, R->proc) != 0) return -1;
+  }
+  w->n = 0;
+  G->done++;
+  return 0;
+}
+
+/* Posts member mi's queued pieces while fewer than nSlots are posted and not yet received. */
+static int cnPost(simCtx* S, int mi) {
+  smember* M = &S->mem[mi];
+  sgroup* G = &S->groups[M->ch];
+  const uint32_t ns = (uint32_t)S->nSlots;
+  while (M->posted < M->pushed && M->posted - M->popped < ns) {
+    uint32_t j = M->posted;
+    double t = cnRing(S, mi, CN_HAND)[j % ns], bytes = cnRing(S, mi, CN_SIZE)[j % ns];
+    if (j >= ns) t = maxD(t, cnRing(S, mi, CN_FREE)[(j - ns) % ns]); /* its receive slot is free */
+    int res = S->p->nRanks + M->node;                                /* the node's uplink */
+    double start = maxD(t, S->resFree[res]);
+    double end = start + bytes / S->bw[1];
+    S->resFree[res] = end;
+    cnRing(S, mi, CN_POST)[j % ns] = t;
+    M->posted++;
+    spiece* w = &G->win[j % (ns + 1)];
+    if (w->n == 0) {
+      w->k = j;
+      w->tmax = 0;
+      w->bytes = 0;
+    } else if (w->k != j) {
+      S->err = "simulation: collnet pieces further apart than the flow control allows (a bug)";
+      return -1;
+    }
+    w->n++;
+    w->tmax = maxD(w->tmax, end + S->lat[1]);
+    w->bytes = maxD(w->bytes, bytes);
+    if (w->n == G->n && cnComplete(S, G, w) != 0) return -1;
+  }
+  return 0;
+}
+
+/* The executor of member mi may hand over its next piece once the queue has room: when the piece nSlots
+ * before it was posted. */
+static int cnCredit(simCtx* S, int mi, double* t) {
+  const smember* M = &S->mem[mi];
+  const uint32_t ns = (uint32_t)S->nSlots;
+  if (M->pushed - M->posted >= ns) return 0;
+  *t = M->pushed >= ns ? cnRing(S, mi, CN_POST)[(M->pushed - ns) % ns] : 0;
+  return 1;
+}
+
+static int cnArrival(simCtx* S, int mi, double* t) {
+  const smember* M = &S->mem[mi];
+  if (M->popped >= M->ready) return 0;
+  *t = cnRing(S, mi, CN_ARRIVE)[M->popped % (uint32_t)S->nSlots];
+  return 1;
+}
+
+static int cnHandOver(simCtx* S, int mi, double t, double bytes) {
+  smember* M = &S->mem[mi];
+  const uint32_t ns = (uint32_t)S->nSlots;
+  cnRing(S, mi, CN_HAND)[M->pushed % ns] = t;
+  cnRing(S, mi, CN_SIZE)[M->pushed % ns] = bytes;
+  M->pushed++;
+  return cnPost(S, mi);
+}
+
+static int cnConsume(simCtx* S, int mi, double t) {
+  smember* M = &S->mem[mi];
+  cnRing(S, mi, CN_FREE)[M->popped % (uint32_t)S->nSlots] = t;
+  M->popped++;
+  return cnPost(S, mi);
+}
+
+/* The current step's two sides of proc P: a connection, or the collnet group. */
+static int sendCredit(simCtx* S, const sproc* P, double* t) {
+  return P->snet ? cnCredit(S, P->sc, t) : creditTime(S, P->sc, t);
+}
+static int recvArrival(simCtx* S, const sproc* P, double* t) {
+  return P->rnet ? cnArrival(S, P->rc, t) : arrivalTime(S, P->rc, t);
+}
+
 /* The next action of proc pi and when it can start: 1 ready, 0 blocked, -1 finished, -2 out of memory. */
 static int nextAction(simCtx* S, int pi, double* when, int* kind) {
   sproc* P = &S->procs[pi];
@@ -319,21 +509,21 @@ static int nextAction(simCtx* S, int pi, double* when, int* kind) {
   }
   double ts = 0, tr = 0;
   if (st->prim == COMM_PRIM_SEND_RECV) {
-    int s = P->sDone < P->sPieces && creditTime(S, P->sc, &ts);
-    int r = P->rDone < P->rPieces && arrivalTime(S, P->rc, &tr);
+    int s = P->sDone < P->sPieces && sendCredit(S, P, &ts);
+    int r = P->rDone < P->rPieces && recvArrival(S, P, &tr);
     if (!s && !r) return 0;
     *kind = s && (!r || ts <= tr) ? ACT_SEND : ACT_RECV;
     *when = maxD(P->t, *kind == ACT_SEND ? ts : tr);
     return 1;
   }
   if (P->rPieces) { /* receive, maybe forward */
-    if (!arrivalTime(S, P->rc, &tr)) return 0;
-    if (P->sc >= 0 && !creditTime(S, P->sc, &ts)) return 0;
+    if (!recvArrival(S, P, &tr)) return 0;
+    if (P->sc >= 0 && !sendCredit(S, P, &ts)) return 0;
     *kind = ACT_RECV;
     *when = maxD(P->t, maxD(tr, ts));
     return 1;
   }
-  if (!creditTime(S, P->sc, &ts)) return 0;
+  if (!sendCredit(S, P, &ts)) return 0;
   *kind = ACT_SEND;
   *when = maxD(P->t, ts);
   return 1;
@@ -373,6 +563,13 @@ static int consume(simCtx* S, int c, double t) {
   return wake(S, C->sendProc);
 }
 
+static int sendPiece(simCtx* S, const sproc* P, double t, double bytes) {
+  return P->snet ? cnHandOver(S, P->sc, t, bytes) : handOver(S, P->sc, t, bytes);
+}
+static int recvPiece(simCtx* S, const sproc* P, double t) {
+  return P->rnet ? cnConsume(S, P->rc, t) : consume(S, P->rc, t);
+}
+
 /* Runs the next action of proc pi, which nextAction found ready at `when`. */
 static int runAction(simCtx* S, int pi, double when, int kind) {
   sproc* P = &S->procs[pi];
@@ -392,16 +589,16 @@ static int runAction(simCtx* S, int pi, double when, int kind) {
     double b = pieceBytes(st->bytes, P->sDone, piece);
     done = when + dur;
     P->sDone++;
-    if (handOver(S, P->sc, done, b) != 0) return -1;
+    if (sendPiece(S, P, done, b) != 0) return -1;
   } else {
     double b = pieceBytes(st->recvBytes, P->rDone, piece);
     if (primReduces(st->prim)) dur += b / S->reduceBpus;
     done = when + dur;
     P->rDone++;
-    if (consume(S, P->rc, done) != 0) return -1;
+    if (recvPiece(S, P, done) != 0) return -1;
     if (st->prim != COMM_PRIM_SEND_RECV && P->sc >= 0) {
       P->sDone++;
-      if (handOver(S, P->sc, done, b) != 0) return -1;
+      if (sendPiece(S, P, done, b) != 0) return -1;
     }
   }
   P->t = done;
@@ -428,8 +625,19 @@ static void describeStall(simCtx* S, simResult* res) {
                              commPrimName((commPrim_t)st->prim));
     if (used < sizeof(res->msg) && st->recvPeer >= 0)
       used += (size_t)snprintf(res->msg + used, sizeof(res->msg) - used, " <-%d", st->recvPeer);
+    if (used < sizeof(res->msg) && st->recvPeer == COMM_PEER_COLLNET)
+      used += (size_t)snprintf(res->msg + used, sizeof(res->msg) - used, " <-collnet");
     if (used < sizeof(res->msg) && st->sendPeer >= 0)
       used += (size_t)snprintf(res->msg + used, sizeof(res->msg) - used, " ->%d", st->sendPeer);
+    if (used < sizeof(res->msg) && st->sendPeer == COMM_PEER_COLLNET)
+      used += (size_t)snprintf(res->msg + used, sizeof(res->msg) - used, " ->collnet");
+    if (used < sizeof(res->msg) && P->entered && (P->snet || P->rnet)) {
+      const smember* M = &S->mem[S->memberOf[pi]];
+      const sgroup* G = &S->groups[M->ch];
+      used += (size_t)snprintf(res->msg + used, sizeof(res->msg) - used,
+                               ", collnet: %u piece(s) sent, %u posted, %u received; group of %d has %u done",
+                               M->pushed, M->posted, M->popped, G->n, G->done);
+    }
     if (used < sizeof(res->msg)) used += (size_t)snprintf(res->msg + used, sizeof(res->msg) - used, ")");
   }
   if (used < sizeof(res->msg))
@@ -452,12 +660,13 @@ int simRun(const simSet* s, const simParams* p, double* stepStart, double* stepE
   S.stepStart = stepStart;
   S.stepEnd = stepEnd;
   S.nProcs = s->nRanks * s->maxCh;
+  S.acting = -1;
   int rc = -1;
   S.procs = calloc((size_t)S.nProcs, sizeof(sproc));
   S.heap = malloc((size_t)S.nProcs * sizeof(hentry));
   S.resFree = calloc((size_t)p->nRanks + (size_t)p->nNodes, sizeof(double));
   if (S.procs == NULL || S.heap == NULL || S.resFree == NULL || hashGrow(&S) != 0 || s->nAdded != s->nRanks ||
-      p->nRanks != s->nRanks || p->pieceBytes == 0)
+      p->nRanks != s->nRanks || p->pieceBytes == 0 || collnetSetup(&S) != 0)
     goto exit;
   for (int pi = 0; pi < S.nProcs; pi++) {
     S.procs[pi].step = s->off[pi];
@@ -472,7 +681,9 @@ int simRun(const simSet* s, const simParams* p, double* stepStart, double* stepE
     int kind;
     int r = nextAction(&S, e.proc, &when, &kind);
     if (r == -2) goto exit;
+    S.acting = e.proc;
     if (r == 1 && runAction(&S, e.proc, when, kind) != 0) goto exit;
+    S.acting = -1;
     if (wake(&S, e.proc) != 0) goto exit;
   }
   for (int pi = 0; pi < S.nProcs; pi++) {
@@ -487,9 +698,10 @@ int simRun(const simSet* s, const simParams* p, double* stepStart, double* stepE
   res->totalUs = p->callUs + res->lastRankUs;
   res->actions = S.actions;
   res->conns = (size_t)S.nConns;
+  res->collnetMembers = S.nMem;
   rc = 0;
 exit:
-  if (rc != 0) snprintf(res->msg, sizeof(res->msg), "simulation: out of memory or bad arguments");
+  if (rc != 0) snprintf(res->msg, sizeof(res->msg), "%s", S.err ? S.err : "simulation: out of memory or bad arguments");
   free(S.procs);
   free(S.heap);
   free(S.resFree);
@@ -497,6 +709,11 @@ exit:
   free(S.times);
   free(S.hkeys);
   free(S.hvals);
+  free(S.memberOf);
+  free(S.mem);
+  free(S.memTimes);
+  free(S.downFree);
+  for (int ch = 0; ch < COMM_MAX_CHANNELS; ch++) free(S.groups[ch].win);
   return rc;
 }
 
@@ -506,7 +723,9 @@ exit:
 static void traceName(const simStep* st, char* buf, size_t len) {
   size_t n = (size_t)snprintf(buf, len, "%s", commPrimName((commPrim_t)st->prim));
   if (n < len && st->recvPeer >= 0) n += (size_t)snprintf(buf + n, len - n, " <-%d", st->recvPeer);
-  if (n < len && st->sendPeer >= 0) snprintf(buf + n, len - n, " ->%d", st->sendPeer);
+  if (n < len && st->recvPeer == COMM_PEER_COLLNET) n += (size_t)snprintf(buf + n, len - n, " <-collnet");
+  if (n < len && st->sendPeer >= 0) n += (size_t)snprintf(buf + n, len - n, " ->%d", st->sendPeer);
+  if (n < len && st->sendPeer == COMM_PEER_COLLNET) snprintf(buf + n, len - n, " ->collnet");
 }
 
 int simWriteTrace(const char* path, const simSet* s, const simParams* p, const double* stepStart, const double* stepEnd,
@@ -553,10 +772,10 @@ int simWriteTrace(const char* path, const simSet* s, const simParams* p, const d
                 "%s{\"name\":\"%s\",\"cat\":\"step\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
                 "\"args\":{\"step\":%zu,\"bytes\":%llu",
                 sep, name, r, c, t0, t1 > t0 ? t1 - t0 : 0.0, i, (unsigned long long)st->bytes);
-        if (st->recvPeer >= 0 && st->recvBytes != st->bytes)
+        if (simHasPeer(st->recvPeer) && st->recvBytes != st->bytes)
           fprintf(f, ",\"recvBytes\":%llu", (unsigned long long)st->recvBytes);
-        if (st->sendPeer >= 0) fprintf(f, ",\"sendPeer\":%d", st->sendPeer);
-        if (st->recvPeer >= 0) fprintf(f, ",\"recvPeer\":%d", st->recvPeer);
+        if (simHasPeer(st->sendPeer)) fprintf(f, ",\"sendPeer\":%d", st->sendPeer); /* -2: collnet */
+        if (simHasPeer(st->recvPeer)) fprintf(f, ",\"recvPeer\":%d", st->recvPeer);
         fprintf(f, "}}");
       }
       *written += n;

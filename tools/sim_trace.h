@@ -12,8 +12,8 @@
 typedef struct {
   uint64_t bytes;     /* count in bytes: what the step sends, receives or (local steps) copies/reduces */
   uint64_t recvBytes; /* bytes received: == bytes except for SEND_RECV */
-  int32_t sendPeer;   /* -1: none */
-  int32_t recvPeer;   /* -1: none */
+  int32_t sendPeer;   /* a rank, COMM_PEER_COLLNET (the channel's collnet group), or -1: none */
+  int32_t recvPeer;   /* the same */
   uint8_t prim;       /* commPrim_t */
 } simStep;
 
@@ -28,9 +28,11 @@ typedef struct {
   size_t nSteps, capSteps;
 } simSet;
 
-/* Does primitive p send / receive? (SEND_RECV: both, where its peers are >= 0) */
+/* Does primitive p send / receive? (SEND_RECV: both, where its peers are set) */
 int simPrimSends(int prim);
 int simPrimRecvs(int prim);
+/* Is peer a peer (a rank or COMM_PEER_COLLNET), not "none"? */
+static inline int simHasPeer(int32_t peer) { return peer >= 0 || peer == COMM_PEER_COLLNET; }
 
 int simSetInit(simSet* s, int nRanks);
 /* Appends rank `rank`'s schedule (rank == s->nAdded); eltSize converts counts to bytes. 0 on success. */
@@ -57,16 +59,18 @@ typedef struct {
   double reduceGBs;  /* local reduction and copy speed */
   size_t pieceBytes; /* a FIFO slot: steps move in pieces of at most this many bytes */
   int nSlots;        /* pieces a sender may be ahead of its receiver on one connection */
+  double aggUs;      /* collnet: the switch's aggregation latency (from the last member's piece to the result) */
 } simParams;
 
 typedef struct {
-  double totalUs;    /* callUs + the time the last (rank, channel) finishes */
-  double lastRankUs; /* the same without callUs */
-  int lastRank;      /* a rank that finishes last */
-  size_t actions;    /* pieces and local steps executed */
-  size_t conns;      /* connections (channel, sender, receiver) used */
-  int stalled;       /* 1: some (rank, channel) could never continue (send/recv mismatch or deadlock) */
-  char msg[256];     /* what stalled */
+  double totalUs;     /* callUs + the time the last (rank, channel) finishes */
+  double lastRankUs;  /* the same without callUs */
+  int lastRank;       /* a rank that finishes last */
+  size_t actions;     /* pieces and local steps executed */
+  size_t conns;       /* connections (channel, sender, receiver) used */
+  int collnetMembers; /* (rank, channel)s in a collnet group (steps with peer COMM_PEER_COLLNET) */
+  int stalled;        /* 1: some (rank, channel) could never continue (send/recv mismatch or deadlock) */
+  char msg[256];      /* what stalled */
 } simResult;
 
 /* Runs the simulation. stepStart/stepEnd: NULL, or arrays of s->nSteps receiving the time (us, from the

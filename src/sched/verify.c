@@ -11,7 +11,9 @@
  * count in pieces of at most pieceElems; a step with a recv and a send takes piece i from its input FIFO
  * only when it can put piece i into its output FIFO; the two sides of SEND_RECV progress independently.
  * The simulation visits every (rank, channel) round-robin, advancing each as far as it can; a full round
- * without progress before the end is a deadlock. */
+ * without progress before the end is a deadlock. A step whose peer is COMM_PEER_COLLNET talks to its
+ * channel's collnet group instead of a connection (verify_collnet.c: the network's flow control and the
+ * reduction of the members' k-th pieces). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,11 +95,11 @@ static commResult_t getConn(vctx* v, int ch, int from, int to, int* idx) {
 /* ---------------------------------------------------------------------------------------------------- */
 /* Steps */
 
-static int primHasSend(int p) {
+int primHasSend(int p) {
   return p == COMM_PRIM_SEND || p == COMM_PRIM_RECV_REDUCE_SEND || p == COMM_PRIM_RECV_COPY_SEND ||
          p == COMM_PRIM_RECV_REDUCE_COPY_SEND || p == COMM_PRIM_COPY_SEND || p == COMM_PRIM_SEND_RECV;
 }
-static int primHasRecv(int p) {
+int primHasRecv(int p) {
   return p == COMM_PRIM_RECV || p == COMM_PRIM_RECV_REDUCE_SEND || p == COMM_PRIM_RECV_COPY_SEND ||
          p == COMM_PRIM_RECV_REDUCE_COPY || p == COMM_PRIM_RECV_REDUCE_COPY_SEND || p == COMM_PRIM_SEND_RECV;
 }
@@ -132,6 +134,7 @@ static commResult_t checkRef(vctx* v, int r, const commBufRef* ref, size_t count
 static commResult_t enterStep(vctx* v, int r, int ch, vchan* c, const commStep* st) {
   int p = st->prim;
   c->sconn = c->rconn = -1;
+  c->snet = c->rnet = 0;
   c->sendDone = c->recvDone = 0;
   if (p < 0 || p >= COMM_NUM_PRIMS) return verr(v, "unknown primitive %d", p);
   if (st->flags & ~(COMM_STEP_PRE | COMM_STEP_POST)) return verr(v, "unknown flags 0x%x", st->flags);
@@ -143,22 +146,25 @@ static commResult_t enterStep(vctx* v, int r, int ch, vchan* c, const commStep* 
   size_t recvCount = p == COMM_PRIM_SEND_RECV ? st->recvCount : st->count;
   int hasSend = primHasSend(p), hasRecv = primHasRecv(p);
   if (p == COMM_PRIM_SEND_RECV) {
-    if (st->sendPeer < 0 && sendCount > 0) return verr(v, "sends %zu elements to no peer", sendCount);
-    if (st->recvPeer < 0 && recvCount > 0) return verr(v, "receives %zu elements from no peer", recvCount);
-    hasSend = st->sendPeer >= 0;
-    hasRecv = st->recvPeer >= 0;
+    hasSend = st->sendPeer >= 0 || st->sendPeer == COMM_PEER_COLLNET;
+    hasRecv = st->recvPeer >= 0 || st->recvPeer == COMM_PEER_COLLNET;
+    if (!hasSend && sendCount > 0) return verr(v, "sends %zu elements to no peer", sendCount);
+    if (!hasRecv && recvCount > 0) return verr(v, "receives %zu elements from no peer", recvCount);
   }
-  if (hasSend && (st->sendPeer < 0 || st->sendPeer >= v->nRanks))
+  c->snet = hasSend && st->sendPeer == COMM_PEER_COLLNET;
+  c->rnet = hasRecv && st->recvPeer == COMM_PEER_COLLNET;
+  if ((c->snet || c->rnet) && c->cnMember < 0) return verr(v, "collnet step of a rank outside the group");
+  if (hasSend && !c->snet && (st->sendPeer < 0 || st->sendPeer >= v->nRanks))
     return verr(v, "send peer %d out of range", st->sendPeer);
-  if (hasRecv && (st->recvPeer < 0 || st->recvPeer >= v->nRanks))
+  if (hasRecv && !c->rnet && (st->recvPeer < 0 || st->recvPeer >= v->nRanks))
     return verr(v, "recv peer %d out of range", st->recvPeer);
   if (primReadsSrc(p)) COMMCHECK(checkRef(v, r, &st->src, sendCount, 0, "src"));
   if (primWritesDst(p)) COMMCHECK(checkRef(v, r, &st->dst, recvCount, 1, "dst"));
   if (hasSend) {
-    COMMCHECK(getConn(v, ch, r, st->sendPeer, &c->sconn));
+    if (!c->snet) COMMCHECK(getConn(v, ch, r, st->sendPeer, &c->sconn));
     v->bytesSent[r] += sendCount * v->eltSize;
   }
-  if (hasRecv) COMMCHECK(getConn(v, ch, st->recvPeer, r, &c->rconn));
+  if (hasRecv && !c->rnet) COMMCHECK(getConn(v, ch, st->recvPeer, r, &c->rconn));
   return commSuccess;
 }
 
@@ -182,6 +188,14 @@ static commResult_t checkHead(vctx* v, vconn* c, size_t expect) {
                 c->from, c->from, got);
   return commSuccess;
 }
+
+/* The current step's send and receive sides, in advance(): the connection (sc, rc), or when NULL the
+ * channel's collnet group. (Macros: they run once per piece, and stay cheap in debug builds.) */
+#define CAN_SEND() (sc ? sc->len < v->nSlots : vcnCanSend(v, ch, c))
+#define CAN_RECV() (rc ? rc->len > 0 : vcnCanRecv(v, ch, c))
+#define SEND_PIECE(val, n) (sc ? pushPiece(v, sc, val, n) : vcnPush(v, ch, c, val, n))
+#define RECV_HEAD(n, val) (rc ? checkHead(v, rc, n) : vcnHead(v, ch, c, n, &(val)))
+#define RECV_POP() (rc ? (popPiece(v, rc), commSuccess) : vcnPop(v, ch, c))
 
 /* Advance one (rank, channel) as far as possible. */
 static commResult_t advance(vctx* v, int r, int ch, int* progressed) {
@@ -232,7 +246,7 @@ static commResult_t advance(vctx* v, int r, int ch, int* progressed) {
       }
       case COMM_PRIM_SEND:
       case COMM_PRIM_COPY_SEND: {
-        while (c->sendDone < st->count && sc->len < v->nSlots) {
+        while (c->sendDone < st->count && CAN_SEND()) {
           size_t n = st->count - c->sendDone;
           if (n > v->piece) n = v->piece;
           size_t o = st->src.offset + c->sendDone;
@@ -241,7 +255,7 @@ static commResult_t advance(vctx* v, int r, int ch, int* progressed) {
           if (post) COMMCHECK(applyPost(v, &v->tRead));
           if (p == COMM_PRIM_COPY_SEND)
             COMMCHECK(vlWrite(v, &R->bufs[st->dst.buf], st->dst.offset + c->sendDone, n, &v->tRead));
-          COMMCHECK(pushPiece(v, sc, &v->tRead, n));
+          COMMCHECK(SEND_PIECE(&v->tRead, n));
           c->sendDone += n;
           *progressed = 1;
         }
@@ -254,11 +268,11 @@ static commResult_t advance(vctx* v, int r, int ch, int* progressed) {
       case COMM_PRIM_RECV_REDUCE_COPY:
       case COMM_PRIM_RECV_REDUCE_COPY_SEND: {
         int sends = primHasSend(p);
-        while (c->recvDone < st->count && rc->len > 0 && (!sends || sc->len < v->nSlots)) {
+        while (c->recvDone < st->count && CAN_RECV() && (!sends || CAN_SEND())) {
           size_t n = st->count - c->recvDone;
           if (n > v->piece) n = v->piece;
-          COMMCHECK(checkHead(v, rc, n));
-          vlist* val = &rc->slots[rc->head];
+          const vlist* val = rc ? &rc->slots[rc->head] : NULL;
+          COMMCHECK(RECV_HEAD(n, val));
           if (primReduces(p)) {
             size_t o = st->src.offset + c->recvDone;
             COMMCHECK(vlRead(v, &R->bufs[st->src.buf], o, o + n, &v->tRead));
@@ -269,8 +283,8 @@ static commResult_t advance(vctx* v, int r, int ch, int* progressed) {
           }
           if (post) COMMCHECK(applyPost(v, &v->tRed));
           if (primWritesDst(p)) COMMCHECK(vlWrite(v, &R->bufs[st->dst.buf], st->dst.offset + c->recvDone, n, &v->tRed));
-          if (sends) COMMCHECK(pushPiece(v, sc, &v->tRed, n));
-          popPiece(v, rc);
+          if (sends) COMMCHECK(SEND_PIECE(&v->tRed, n));
+          COMMCHECK(RECV_POP());
           c->recvDone += n;
           *progressed = 1;
         }
@@ -278,26 +292,27 @@ static commResult_t advance(vctx* v, int r, int ch, int* progressed) {
         break;
       }
       case COMM_PRIM_SEND_RECV: {
-        while (sc && c->sendDone < st->count && sc->len < v->nSlots) {
+        while ((sc || c->snet) && c->sendDone < st->count && CAN_SEND()) {
           size_t n = st->count - c->sendDone;
           if (n > v->piece) n = v->piece;
           size_t o = st->src.offset + c->sendDone;
           COMMCHECK(vlRead(v, &R->bufs[st->src.buf], o, o + n, &v->tRead));
           if (pre) COMMCHECK(applyPre(v, &v->tRead, r));
-          COMMCHECK(pushPiece(v, sc, &v->tRead, n));
+          COMMCHECK(SEND_PIECE(&v->tRead, n));
           c->sendDone += n;
           *progressed = 1;
         }
-        while (rc && c->recvDone < st->recvCount && rc->len > 0) {
+        while ((rc || c->rnet) && c->recvDone < st->recvCount && CAN_RECV()) {
           size_t n = st->recvCount - c->recvDone;
           if (n > v->piece) n = v->piece;
-          COMMCHECK(checkHead(v, rc, n));
-          COMMCHECK(vlWrite(v, &R->bufs[st->dst.buf], st->dst.offset + c->recvDone, n, &rc->slots[rc->head]));
-          popPiece(v, rc);
+          const vlist* val = rc ? &rc->slots[rc->head] : NULL;
+          COMMCHECK(RECV_HEAD(n, val));
+          COMMCHECK(vlWrite(v, &R->bufs[st->dst.buf], st->dst.offset + c->recvDone, n, val));
+          COMMCHECK(RECV_POP());
           c->recvDone += n;
           *progressed = 1;
         }
-        done = (!sc || c->sendDone == st->count) && (!rc || c->recvDone == st->recvCount);
+        done = (!(sc || c->snet) || c->sendDone == st->count) && (!(rc || c->rnet) || c->recvDone == st->recvCount);
         break;
       }
       default: return verr(v, "unknown primitive %d", p);
@@ -311,6 +326,11 @@ static commResult_t advance(vctx* v, int r, int ch, int* progressed) {
   v->curRank = -1;
   return commSuccess;
 }
+#undef CAN_SEND
+#undef CAN_RECV
+#undef SEND_PIECE
+#undef RECV_HEAD
+#undef RECV_POP
 
 static commResult_t reportDeadlock(vctx* v) {
   char msg[1024];
@@ -334,6 +354,8 @@ static commResult_t reportDeadlock(vctx* v) {
       if (c->rconn >= 0 && v->conns[c->rconn].len == 0)
         used += (size_t)snprintf(msg + used, sizeof(msg) - used, " (waits for %d)", st->recvPeer);
       if (used >= sizeof(msg)) break;
+      if (c->snet || c->rnet) used = vcnDescribe(v, ch, c, msg, used, sizeof(msg));
+      if (used >= sizeof(msg)) break;
     }
   }
   v->curRank = -1;
@@ -342,6 +364,7 @@ static commResult_t reportDeadlock(vctx* v) {
 }
 
 static commResult_t simRun(vctx* v) {
+  COMMCHECK(vcnSetup(v));
   for (;;) {
     int progressed = 0, allDone = 1;
     for (int r = 0; r < v->nRanks; r++) {
@@ -361,7 +384,7 @@ static commResult_t simRun(vctx* v) {
                   v->conns[i].from, v->conns[i].to, v->conns[i].ch);
     }
   }
-  return commSuccess;
+  return vcnFinish(v);
 }
 
 /* ---------------------------------------------------------------------------------------------------- */
@@ -484,6 +507,8 @@ static void simFree(vctx* v) {
     free(v->conns[i].sizes);
   }
   free(v->conns);
+  vcnFree(v);
+  vlFree(&v->tNet);
   free(v->htab);
   free(v->hkeys);
   vlFree(&v->tRead);

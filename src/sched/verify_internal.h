@@ -1,4 +1,5 @@
-/* Internal to the verifier (verify.c, verify_values.c): the symbolic values and the simulation state.
+/* Internal to the verifier (verify.c, verify_values.c, verify_collnet.c): the symbolic values and the
+ * simulation state.
  *
  * A value is a sorted list of segments; a segment is a range of elements whose value is "the reduction over
  * the ranks in a bitset of the source element at offset srcOff + i", plus whether the pre-operation and
@@ -37,8 +38,37 @@ typedef struct {
   int step;
   int entered;
   size_t sendDone, recvDone;
-  int sconn, rconn; /* connection indices, -1 if none */
+  int sconn, rconn; /* connection indices, -1 if none (or the side is collnet) */
+  int snet, rnet;   /* the current step sends to / receives from COMM_PEER_COLLNET */
+  int cnMember;     /* index in this channel's collnet group; -1 when not a member */
 } vchan;
+
+/* CollNet (verify_collnet.c): per channel, the group of ranks whose schedule names COMM_PEER_COLLNET there.
+ * A member's sends go piece by piece into its inbound queue (nSlots pieces); the head of the queue is posted
+ * to the network while the member has fewer than nSlots pieces posted and not yet received. Posting piece k
+ * folds it into the group's piece k; piece k completes when every member posted its k-th piece, and then
+ * every member's k-th receive takes it. */
+typedef struct {
+  vlist val;          /* the reduction of the pieces posted so far */
+  size_t size;        /* elements (the first poster's) */
+  int nPosted, nRecv; /* members that posted / received it */
+  int firstRank;      /* the rank that posted it first */
+} vcnPiece;
+
+typedef struct {
+  int rank;
+  vlist* in; /* inbound queue: ring of nSlots pieces sent, not yet posted */
+  size_t* inSizes;
+  int inHead, inLen;
+  size_t sent, posted, recvd; /* pieces */
+} vcnMember;
+
+typedef struct {
+  int nMembers;
+  vcnMember* m;
+  vcnPiece* pieces; /* piece k at pieces[k % cap] for k in [base, end) */
+  size_t cap, base, end;
+} vcollnet;
 
 typedef struct {
   int nBufs;
@@ -63,8 +93,11 @@ typedef struct {
   uint64_t* tmpBits; /* nw */
   uint64_t* expBits; /* nw */
   size_t* bytesSent; /* per rank */
+  vcollnet* cn;      /* [COMM_MAX_CHANNELS]; NULL when no schedule names COMM_PEER_COLLNET */
+  vlist tNet;
   /* error context */
   int curRank, curCh, curStep;
+  char note[128]; /* appended to errors when set (what the network was doing) */
 } vctx;
 
 /* Errors: WARNs the message with the current (rank, channel, step) context; returns commInternalError. */
@@ -93,5 +126,24 @@ commResult_t vlReduce(vctx* v, const vlist* x, const vlist* y, vlist* out);
 /* PRE on rank's own input (a value holding only that rank); POST on a value with PRE. */
 commResult_t applyPre(vctx* v, vlist* l, int rank);
 commResult_t applyPost(vctx* v, vlist* l);
+
+/* Which primitives have a send side / a receive side (verify.c). */
+int primHasSend(int prim);
+int primHasRecv(int prim);
+
+/* CollNet (verify_collnet.c). vcnSetup finds the groups (after the schedules are built, before the run);
+ * the others act for member c->cnMember of channel ch, rank r. */
+commResult_t vcnSetup(vctx* v);
+int vcnCanSend(const vctx* v, int ch, const vchan* c);
+commResult_t vcnPush(vctx* v, int ch, const vchan* c, const vlist* val, size_t size);
+int vcnCanRecv(const vctx* v, int ch, const vchan* c);
+/* The value of the next piece to receive, checking it has `expect` elements. */
+commResult_t vcnHead(vctx* v, int ch, const vchan* c, size_t expect, const vlist** val);
+commResult_t vcnPop(vctx* v, int ch, const vchan* c);
+/* Why a blocked step waits, for the deadlock report (appends to out[used..len)). */
+size_t vcnDescribe(const vctx* v, int ch, const vchan* c, char* out, size_t used, size_t len);
+/* After the run: every member received every piece it sent. */
+commResult_t vcnFinish(vctx* v);
+void vcnFree(vctx* v);
 
 #endif /* COMM_VERIFY_INTERNAL_H_ */

@@ -17,8 +17,10 @@ commResult_t verr(vctx* v, const char* fmt, ...) {
   char msg[768];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
+  int used = vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  if (v->note[0] && used >= 0 && (size_t)used < sizeof(msg))
+    snprintf(msg + used, sizeof(msg) - (size_t)used, " (%s)", v->note);
   if (v->curRank >= 0 && v->curStep >= 0) {
     const commStep* st = &v->sched[v->curRank].channels[v->curCh].steps[v->curStep];
     WARN("schedule verification failed: rank %d channel %d step %d (%s count %zu): %s", v->curRank, v->curCh,

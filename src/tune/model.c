@@ -84,7 +84,11 @@ int commTuneChannels(const commTuneModel* m, commFunc_t func, int algo, size_t n
   if (n < 1) n = 1;
   if (n > (size_t)m->maxChannels) n = (size_t)m->maxChannels;
   int c = (int)n;
-  if (algo == commAlgoCollNet) return c < m->collnetChannels ? c : (m->collnetChannels < 1 ? 1 : m->collnetChannels);
+  if (algo == commAlgoCollNet) { /* a leader per node and channel carries the node's share */
+    size_t perNode = nBytes / (size_t)m->nNodes / TUNE_MIN_BYTES_PER_CHANNEL;
+    c = perNode < 1 ? 1 : perNode > (size_t)m->collnetChannels ? m->collnetChannels : (int)perNode;
+    return c < 1 ? 1 : c;
+  }
   /* The double binary tree (flat, or across nodes) has one tree per channel parity: use both. CollTree
    * gives each leader both trees (channels 2j, 2j+1): two leaders per node spread the network traffic
    * over two ranks (and NICs, where a node has several) until the topology says how many there are. */
@@ -233,7 +237,8 @@ static void costCollNet(const commTuneModel* m, const modelShape* s, commFunc_t 
   double chunksPerChannel = ceil(B / nChannels / c->chunk);
   int localStages = L <= 1 ? 0 : (L - 1 <= chunksPerChannel + commBitTreeDepth(L)) ? L - 1 : commBitTreeDepth(L);
   c->stages[intra] = c->fillStages[intra] = 2.0 * localStages;
-  c->stages[inter] += 2.0;
+  /* up to the network, the aggregation (about one hop: tools/comm_sim simulates it so), back down */
+  c->stages[inter] += 3.0;
   c->fillStages[inter] += 2.0;
   if (localStages > 0) c->bytes[intra] = 2.0 * B;
   c->bytes[inter] = perNic(m, B, minD(nChannels, L));

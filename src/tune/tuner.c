@@ -299,7 +299,11 @@ void commTuneCollNetCheck(struct commComm* comm, commDataType_t type, const comm
                     commOpName((commRedOp_t)netOp));
     ok = 0;
   }
-  if (ok) return;
+  if (ok) {
+    /* Only the channels with groups (the device rules choose channels by size). */
+    if (choice->nChannels > comm->collnet.nChannels) choice->nChannels = comm->collnet.nChannels;
+    return;
+  }
   choice->algo = commAlgoCollTree;
   if (!onDevice)
     choice->nChannels = commTuneChannels(&comm->tuner->model, commFuncAllReduce, commAlgoCollTree, choice->nBytes);

@@ -140,6 +140,60 @@ static void test_sweep_irregular(void** state) {
   sweepLayout(LAYOUT_NULL, 0, 3);
 }
 
+/* The collnet stage (commCollNetBuild: the network reduces between the node leaders, COMM_PEER_COLLNET): every
+ * layout over n = 1..64, every count, 1-3 channels, verified with the verifier's symbolic network (each piece
+ * reduced over the members, flow control as the transport's); every rank holds exactly every contribution,
+ * POST once. The leaders the groups are formed from (commCollNetMembers) are the ranks whose schedules name the
+ * network, one per node. */
+static void test_collnet(void** state) {
+  (void)state;
+  const layout_t layouts[] = {LAYOUT_BLOCK, LAYOUT_BLOCK, LAYOUT_BLOCK, LAYOUT_UNEVEN, LAYOUT_ONE, LAYOUT_NULL};
+  const int rpns[] = {1, 2, 8, 0, 0, 0};
+  for (size_t li = 0; li < sizeof(layouts) / sizeof(layouts[0]); li++) {
+    for (int n = 1; n <= 64; n++) {
+      size_t counts[5] = {0, 1, 7, (size_t)n * 3 + 1, LARGE};
+      for (int ci = 0; ci < 5; ci++) {
+        commCollArgs a;
+        setArgs(&a, commFuncAllReduce, n, counts[ci], 1 + (ci + n) % 3, 0, layouts[li], rpns[li]);
+        commResult_t res = commVerifyColl(&a, commCollNetBuild, FIFO, PIECE, NULL);
+        if (res != commSuccess)
+          fail_msg("collnet %s n=%d nNodes=%d count=%zu nCh=%d: %s", layoutName(layouts[li]), n, a.nNodes, a.count,
+                   a.nChannels, commLogLastWarn());
+        if (a.nNodes < 2 || a.count == 0 || n > 32) continue;
+        /* The members: one per node, each naming the network in its schedule, nobody else. */
+        int members[MAXR];
+        for (int c = 0; c < a.nChannels; c++) {
+          assert_int_equal(commCollNetMembers(&a, c, members), commSuccess);
+          int nodes = a.nodeOf ? a.nNodes : n, named[MAXR], anyNamed = 0;
+          for (int r = 0; r < n; r++) {
+            commCollArgs b = a;
+            b.rank = r;
+            commSchedule sch;
+            assert_int_equal(commCollNetBuild(&b, &sch), commSuccess);
+            named[r] = 0;
+            for (int i = 0; i < sch.channels[c].nSteps; i++)
+              named[r] |= sch.channels[c].steps[i].sendPeer == COMM_PEER_COLLNET ||
+                          sch.channels[c].steps[i].recvPeer == COMM_PEER_COLLNET;
+            anyNamed |= named[r];
+            commSchedFree(&sch);
+          }
+          for (int r = 0; r < n && anyNamed; r++) { /* (a channel whose part is empty has no steps) */
+            int v = a.nodeOf ? a.nodeOf[r] : r;
+            assert_true(v >= 0 && v < nodes);
+            if (named[r] != (members[v] == r))
+              fail_msg("collnet n=%d channel %d: rank %d names the network: %d, member: %d", n, c, r, named[r],
+                       members[v] == r);
+          }
+        }
+      }
+    }
+  }
+  commCollArgs a;
+  setArgs(&a, commFuncBroadcast, 4, 10, 1, 0, LAYOUT_BLOCK, 1);
+  commSchedule sch;
+  assert_int_equal(commCollNetBuild(&a, &sch), commInvalidArgument); /* allreduce only */
+}
+
 /* Large communicators, 8 ranks per node: every collective, 2 channels, a middle root. */
 static void test_spot_large(void** state) {
   (void)state;
@@ -518,6 +572,7 @@ int main(void) {
       cmocka_unit_test(test_spot_large), cmocka_unit_test(test_sweep_rpn1),
       cmocka_unit_test(test_sweep_rpn2), cmocka_unit_test(test_sweep_rpn4),
       cmocka_unit_test(test_sweep_rpn8), cmocka_unit_test(test_sweep_irregular),
+      cmocka_unit_test(test_collnet),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
