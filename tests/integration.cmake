@@ -167,3 +167,12 @@ foreach(part main versions)
     $<TARGET_FILE:nccl_collnet_example> $<TARGET_FILE:nccl_collnet_example_v8> $<TARGET_FILE:nccl_collnet_example_v9>
     $<TARGET_FILE:nccl_collnet_example_v10> LABELS "${labels}")
 endforeach()
+
+# Collnet over the software aggregation service on a namespace cluster (4 hosts x 2 ranks, 2 comm_aggd servers;
+# needs root, else skipped): every type and op against CollTree and a float64 reference, two communicators at
+# once, a stranger refused, a server and a rank killed during operations, the servers unreachable at init.
+add_executable(collnet_cluster ${COMM_IT_DIR}/collnet_cluster.c)
+target_link_libraries(collnet_cluster PRIVATE comm m)
+comm_it_test(cluster_collnet COMMAND ${COMM_IT_DIR}/cluster_collnet.sh $<TARGET_FILE:collnet_cluster>
+  $<TARGET_FILE:comm_aggd> LABELS "twohost;heavy;collnet" SERIAL)
+set_tests_properties(integration.cluster_collnet PROPERTIES SKIP_RETURN_CODE 77)

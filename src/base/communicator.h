@@ -52,7 +52,7 @@ typedef struct {
   int devOn;                       /* device buffers have groups of their own too (GPU-bound ranks) */
   uint8_t opsOfType[commNumTypes]; /* bit op (commSum..commMin): every member's network reduces type with op */
   char plugin[64];                 /* the plugin's name, for logs */
-  char why[192];                   /* collnet off: why (COMM_COLLNET_ENABLE unset, one node, a member failed ...) */
+  char why[320];                   /* collnet off: why (COMM_COLLNET_ENABLE unset, one node, a member failed ...) */
 } commCollNetInfo;
 
 typedef struct {

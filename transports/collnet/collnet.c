@@ -18,7 +18,7 @@
 #include "utils.h"
 
 #define CN_HANDLE_BYTES COMM_NET_HANDLE_MAXSIZE
-#define CN_WHY_BYTES 160
+#define CN_WHY_BYTES 256
 #define CN_DEFAULT_CHANNELS 2
 #define CN_MIN_COLL_BYTES 4096
 
