@@ -43,7 +43,8 @@ TESTS=("tests/test_gpu_reduce" "tests/test_gpu_comm_device" "tests/test_gpu_coll
        "tests/test_gpu_coll -q -p 2 -H" "tests/test_gpu_coll -p 4 -H" "COMM_P2P_DISABLE=1 tests/test_gpu_coll -q -p 2"
        "COMM_P2P_DISABLE=1 tests/test_gpu_coll -q -n 2,4" "tests/test_gpu_coll -q -g 2 -p 2 -H"
        "tests/gpu/net_gdr_fake.sh" "COMM_DEV_LL_BATCH=1 tests/test_gpu_coll -q -n 2,4"
-       "COMM_P2P_DISABLE=1 COMM_DEV_LL_MAX=1048576 tests/test_gpu_coll -q -n 2,8" "tests/test_gpu_mismatch")
+       "COMM_P2P_DISABLE=1 COMM_DEV_LL_MAX=1048576 tests/test_gpu_coll -q -n 2,8" "tests/test_gpu_mismatch"
+       "tests/gpu/collnet_gpu.sh")
 # compute-sanitizer runs on a representative subset: memcheck on these, racecheck (shared memory) too. It
 # runs the kernels of one process one at a time, so ranks that wait on each other are processes here.
 SANITIZED=("tests/test_gpu_coll -q -n 1" "tests/test_gpu_coll -q -p 2")
@@ -57,10 +58,11 @@ BENCHES=("bench/gpu_launch_bench -n 10000 -r 9" "bench/gpu_reduce_bench -s 26843
          "TC_NP=@NGPUS@ TC_MAX=1G TC_COLL=allgather bench/tuner_check.sh 3 -- -M device")
 # A case whose command is a script of the source tree (bench/*.sh) runs from here with BUILD as its first
 # argument; every other command is a binary under BUILD. @NGPUS@ stands for the number of GPUs there.
-SCRIPT_BINS=("bench/nccl_compare" "perf/allreduce_perf" "perf/allgather_perf") # what those scripts run
+SCRIPT_BINS=("bench/nccl_compare" "perf/allreduce_perf" "perf/allgather_perf" "tools/aggd/comm_aggd") # what those scripts run
 # target:file, for tests/gpu/torch_dropin.sh and tests/gpu/net_gdr_fake.sh
 SCRIPT_LIBS=("nccl_compat:compat/nccl/libnccl.so.2" "nccl_net_example:tests/libnccl-net-example.so"
-             "comm_verbs_fake:tests/libcomm-verbs-fake.so")
+             "comm_verbs_fake:tests/libcomm-verbs-fake.so" "nccl_collnet_example:tests/libnccl-collnet-example.so"
+             "comm_collnet_aggd:libcomm-collnet-aggd.so")
 
 case $MODE in
   build)

@@ -314,6 +314,7 @@ static int registerWith(aggdDaemon* d, int shard, int nshards, const uint8_t k[1
     return -1;
   }
   aggdRegister r;
+  memset(&r, 0, sizeof(r)); /* the MAC packs the record before its mac is set */
   memcpy(r.g, g, 16);
   r.rank = (uint32_t)rank;
   r.nranks = (uint32_t)nranks;
