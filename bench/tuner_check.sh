@@ -4,7 +4,8 @@
 # perf tool with each algorithm forced (COMM_ALGO=<coll>:<algo>) and with the tuner free, REPS times each
 # (default 3), interleaved, from TC_MIN to TC_MAX bytes (8 .. 256M) by factors of TC_FACTOR (4). Prints per
 # size the median out-of-place time (us) of each, the tuner's choice (from its INFO log), and
-# tuner / best forced. Environment passes through (COMM_SHM_DISABLE=1 for sockets, launch with
+# tuner / best forced. TC_ALGOS lists the allreduce algorithms to force (default: ring tree colltree
+# oneshot; bench/collnet_bench.sh adds collnet). Environment passes through (COMM_SHM_DISABLE=1 for sockets, launch with
 # TC_LAUNCH="scripts/netns_cluster.sh -H 4 -R 2 -n 2 -r 1gbit --" for namespace hosts).
 # SPDX-License-Identifier: Apache-2.0
 set -uo pipefail
@@ -18,7 +19,7 @@ np=${TC_NP:-4}
 perf="$build/perf/${coll}_perf"
 [[ -x "$perf" ]] || { echo "$perf not found" >&2; exit 2; }
 case $coll in
-  allreduce) algos="ring tree colltree oneshot" ;;
+  allreduce) algos=${TC_ALGOS:-"ring tree colltree oneshot"} ;;
   broadcast | reduce) algos="ring tree colltree" ;;
   allgather | reducescatter) algos="ring pat" ;;
   *) echo "tuner_check: no algorithm choice for $coll" >&2; exit 2 ;;
@@ -67,7 +68,7 @@ for a in algos:
         if len(parts) == 3:
             ran[a][int(parts[0]) * sizes_of.get(parts[1], 4)] = parts[2]
 choice = ran["auto"]
-names = {"ring": "Ring", "tree": "Tree", "colltree": "CollTree", "pat": "PAT", "oneshot": "OneShot"}
+names = {"ring": "Ring", "tree": "Tree", "colltree": "CollTree", "pat": "PAT", "oneshot": "OneShot", "collnet": "CollNet"}
 # A forced column counts only where the forced algorithm really ran.
 for a in algos:
     if a == "auto": continue

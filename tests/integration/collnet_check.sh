@@ -80,7 +80,7 @@ F=COMM_COLLNET_ENABLE=1
 A=COMM_ALGO=allreduce:collnet
 if [[ $PART == main ]]; then
   # 1. the v11 table: every allreduce case (-A: every type, op, count, in place or not), one rank per host.
-  if run v11 "$V11" $F $A -- -np 4 -rph 1 -A; then
+  if run v11 "$V11" $F $A -- -np 4 -rph 1 -A -q; then
     check_on v11 11 4
     has v11 -E "WARN.*collnet cannot run float8e4m3 with (sum|prod|max|min): the network does not reduce it" ||
       fail "v11: no WARN for float8, which the plugin refuses"
