@@ -258,6 +258,7 @@ int simOptsParse(int argc, char** argv, simOpts* op) {
   /* Collnet groups, as the library forms them (COMM_COLLNET_NCHANNELS): at most the communicator's
    * channels, only across two or more nodes. */
   if (o.nNodes > 1) o.model.collnetChannels = o.collnetAsked < o.maxCh ? o.collnetAsked : o.maxCh;
+  if (o.aggUs >= 0) o.model.collnetAggUs = o.aggUs; /* the model prices what the simulation runs */
 
   /* Sizes: API counts. */
   if (count >= 0) {

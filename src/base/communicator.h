@@ -50,6 +50,7 @@ typedef struct {
 typedef struct {
   int nChannels;                   /* channels with a collnet group (0: collnet is off) */
   int devOn;                       /* device buffers have groups of their own too (GPU-bound ranks) */
+  double latencyUs;                /* one network reduction, as the plugin says (the most any rank's says) */
   uint8_t opsOfType[commNumTypes]; /* bit op (commSum..commMin): every member's network reduces type with op */
   char plugin[64];                 /* the plugin's name, for logs */
   char why[320];                   /* collnet off: why (COMM_COLLNET_ENABLE unset, one node, a member failed ...) */

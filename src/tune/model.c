@@ -114,6 +114,7 @@ typedef struct {
   double reduced;   /* bytes the busiest rank reduces */
   int serialReduce; /* reductions follow the transfers instead of overlapping them */
   double chunk;     /* bytes per step */
+  double fixedUs;   /* latency that is no hop (the network's aggregation) */
 } algoCost;
 
 static double minD(double a, double b) { return a < b ? a : b; }
@@ -237,8 +238,9 @@ static void costCollNet(const commTuneModel* m, const modelShape* s, commFunc_t 
   double chunksPerChannel = ceil(B / nChannels / c->chunk);
   int localStages = L <= 1 ? 0 : (L - 1 <= chunksPerChannel + commBitTreeDepth(L)) ? L - 1 : commBitTreeDepth(L);
   c->stages[intra] = c->fillStages[intra] = 2.0 * localStages;
-  /* up to the network, the aggregation (about one hop: tools/comm_sim simulates it so), back down */
-  c->stages[inter] += 3.0;
+  /* up to the network, the aggregation (the plugin's latency, else about one hop), back down */
+  c->stages[inter] += 2.0;
+  c->fixedUs = m->collnetAggUs > 0 ? m->collnetAggUs : m->k.link[inter].latUs;
   c->fillStages[inter] += 2.0;
   if (localStages > 0) c->bytes[intra] = 2.0 * B;
   c->bytes[inter] = perNic(m, B, minD(nChannels, L));
@@ -325,7 +327,7 @@ double commTunePredict(const commTuneModel* m, commFunc_t func, int algo, int pr
   algoCost c;
   if (!describe(m, func, algo, (double)nBytes, nChannels, (double)(chunkBytes ? chunkBytes : 1), &c)) return -1.0;
   const commTuneConsts* k = &m->k;
-  double t = k->callUs, nSteps = 0, stream = 0;
+  double t = k->callUs + c.fixedUs, nSteps = 0, stream = 0;
   if (nBytes == 0) { /* nothing moves */
     if (steps) *steps = 0;
     return t;

@@ -61,6 +61,7 @@ typedef struct {
   int coresPerNode;      /* cores that run a node's ranks (0: as many as ranks). With more ranks than
                               cores, every rank's copies and reductions share them. */
   int collnetChannels;   /* channels with a collnet group (0: no collnet, commAlgoCollNet is not priced) */
+  double collnetAggUs;   /* one network reduction beyond the hops (the plugin's latency; 0: one network hop) */
   commTuneConsts k;
 } commTuneModel;
 

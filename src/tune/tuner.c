@@ -223,6 +223,7 @@ commResult_t commTunerInit(struct commComm* comm) {
   t->model.nicsPerNode = commTuneNicsPerNode(comm);
   t->model.coresPerNode = comm->minCores; /* the smallest host's: every rank must price alike */
   t->model.collnetChannels = comm->collnet.nChannels;
+  t->model.collnetAggUs = comm->collnet.latencyUs;
   INFO(COMM_TUNE | COMM_INIT,
        "TUNER : %d ranks, %d nodes, at most %d per node, %d NIC(s) and %d cores per node; links intra=%s inter=net",
        comm->nRanks, comm->nNodes, maxLocal, t->model.nicsPerNode, t->model.coresPerNode,

@@ -54,6 +54,7 @@ typedef struct {
 typedef struct {
   cnStatus s;
   int32_t hasDevice;
+  float latencyUs; /* the plugin's, for the tuner */
 } cnRound1;
 
 static size_t round1Bytes(int nCh) { return sizeof(cnRound1) + (size_t)nCh * CN_LANES * CN_HANDLE_BYTES; }
@@ -205,6 +206,7 @@ commResult_t commCollNetSetup(struct commComm* comm, int nCh, const int* members
   memset(&r1, 0, sizeof(r1));
   r1.hasDevice = comm->cudaDev >= 0;
   r1.s.status = cnPrepare(comm, st, nCh, members, all, r1.hasDevice ? CN_LANES : 1, r1.s.why, sizeof(r1.s.why));
+  r1.latencyUs = st->props.latencyUs;
   memcpy(all + (size_t)comm->rank * round1Bytes(nCh), &r1, sizeof(r1));
   COMMCHECKGOTO(bootstrapAllGather(comm->bootstrap, all, round1Bytes(nCh)), res, fail);
   cnStatus bad;
@@ -214,6 +216,7 @@ commResult_t commCollNetSetup(struct commComm* comm, int nCh, const int* members
     cnRound1 o;
     memcpy(&o, all + (size_t)r * round1Bytes(nCh), sizeof(o));
     devWanted &= o.hasDevice != 0;
+    if (o.latencyUs > comm->collnet.latencyUs) comm->collnet.latencyUs = o.latencyUs;
   }
   /* Round 2: members form the groups; everyone's outcome and what the network reduces. */
   COMMCHECKGOTO(commCalloc(&out, (size_t)comm->nRanks, sizeof(cnOutcome)), res, fail);
