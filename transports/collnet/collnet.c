@@ -57,10 +57,11 @@ typedef struct {
   float latencyUs; /* the plugin's, for the tuner */
 } cnRound1;
 
-static size_t round1Bytes(int nCh) { return sizeof(cnRound1) + (size_t)nCh * CN_LANES * CN_HANDLE_BYTES; }
+/* Handles start 64-byte aligned (a plugin may read them as structs): the record's head is padded. */
+#define CN_R1_HEAD ((sizeof(cnRound1) + 63) & ~(size_t)63)
+static size_t round1Bytes(int nCh) { return CN_R1_HEAD + (size_t)nCh * CN_LANES * CN_HANDLE_BYTES; }
 static char* handleAt(char* all, int nCh, int rank, int c, int lane) {
-  return all + (size_t)rank * round1Bytes(nCh) + sizeof(cnRound1) +
-         ((size_t)c * CN_LANES + (size_t)lane) * CN_HANDLE_BYTES;
+  return all + (size_t)rank * round1Bytes(nCh) + CN_R1_HEAD + ((size_t)c * CN_LANES + (size_t)lane) * CN_HANDLE_BYTES;
 }
 
 static void cnFreeState(struct commComm* comm) {
