@@ -329,24 +329,10 @@ static int parseSize(const char* s, size_t* out) {
 }
 
 static int listenOn(const char* spec, char* shown, size_t shownLen) {
-  char host[256];
-  const char* colon = strrchr(spec, ':');
-  if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof(host)) return -1;
-  memcpy(host, spec, (size_t)(colon - spec));
-  host[colon - spec] = '\0';
-  char* h = host;
-  if (h[0] == '[' && h[strlen(h) - 1] == ']') {
-    h[strlen(h) - 1] = '\0';
-    h++;
-  }
-  struct addrinfo hints, *res = NULL;
-  memset(&hints, 0, sizeof(hints));
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  int rc = getaddrinfo(h, colon + 1, &hints, &res);
+  struct addrinfo* res = NULL;
+  int rc = aggdResolve(spec, AI_PASSIVE, &res);
   if (rc != 0) {
-    aggdLog("--listen %s: %s", spec, gai_strerror(rc));
+    aggdLog("--listen %s: %s", spec, rc == EAI_NONAME && !strrchr(spec, ':') ? "not host:port" : gai_strerror(rc));
     return -1;
   }
   int fd = -1;
@@ -368,7 +354,7 @@ static int listenOn(const char* spec, char* shown, size_t shownLen) {
   char port[16] = "?";
   if (getsockname(fd, (struct sockaddr*)&ss, &sl) == 0)
     getnameinfo((struct sockaddr*)&ss, sl, NULL, 0, port, sizeof(port), NI_NUMERICSERV);
-  snprintf(shown, shownLen, "%.*s:%s", (int)(colon - spec), spec, port);
+  snprintf(shown, shownLen, "%.*s:%s", (int)(strrchr(spec, ':') - spec), spec, port); /* resolved: has a ':' */
   setNonBlocking(fd);
   return fd;
 }

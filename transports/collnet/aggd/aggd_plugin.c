@@ -235,26 +235,10 @@ static const char* ioWhy(int rc) {
 }
 
 static int dial(const char* spec, int64_t deadline, char* why, size_t whyLen) {
-  char host[160];
-  const char* colon = strrchr(spec, ':');
-  if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof(host)) {
-    snprintf(why, whyLen, "not host:port");
-    return -1;
-  }
-  memcpy(host, spec, (size_t)(colon - spec));
-  host[colon - spec] = '\0';
-  char* h = host;
-  if (h[0] == '[' && h[strlen(h) - 1] == ']') {
-    h[strlen(h) - 1] = '\0';
-    h++;
-  }
-  struct addrinfo hints, *res = NULL;
-  memset(&hints, 0, sizeof(hints));
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  int rc = getaddrinfo(h, colon + 1, &hints, &res);
+  struct addrinfo* res = NULL;
+  int rc = aggdResolve(spec, 0, &res);
   if (rc != 0) {
-    snprintf(why, whyLen, "%s", gai_strerror(rc));
+    snprintf(why, whyLen, "%s", rc == EAI_NONAME && !strrchr(spec, ':') ? "not host:port" : gai_strerror(rc));
     return -1;
   }
   int fd = -1;

@@ -62,9 +62,11 @@
 #ifndef COMM_AGGD_PROTO_H_
 #define COMM_AGGD_PROTO_H_
 
+#include <netdb.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define AGGD_MAGIC 0x44474741u /* "AGGD" little-endian */
 #define AGGD_VERSION 1u
@@ -326,6 +328,29 @@ static inline void aggdRegisterMac(const uint8_t k[16], const uint8_t dnonce[16]
   aggdSipUpdate(&s, dnonce, 16);
   aggdSipUpdate(&s, body, AGGD_REGISTER_BYTES - 16);
   aggdSipFinal(&s, mac);
+}
+
+/* "host:port" (host may be [v6]) resolved for TCP; flags AI_PASSIVE for a listener. 0 and *res (freeaddrinfo
+ * it), or a getaddrinfo error code (EAI_NONAME when spec is not host:port). Daemon and plugin both use it. */
+static inline int aggdResolve(const char* spec, int flags, struct addrinfo** res) {
+  char host[256];
+  const char* colon = strrchr(spec, ':');
+  *res = NULL;
+  if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof(host)) return EAI_NONAME;
+  memcpy(host, spec, (size_t)(colon - spec));
+  host[colon - spec] = '\0';
+  char* h = host;
+  size_t n = strlen(h);
+  if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
+    h[n - 1] = '\0';
+    h++;
+  }
+  struct addrinfo hints;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = flags;
+  return getaddrinfo(h, colon + 1, &hints, res);
 }
 
 #endif /* COMM_AGGD_PROTO_H_ */
