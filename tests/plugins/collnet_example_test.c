@@ -1,12 +1,16 @@
 /* A standalone test of the example CollNet plugin libraries (tests/plugins/nccl_collnet_example.c built with
- * nccl_net_example.c), without libcomm: collnet_example_test LIB.so... dlopens each library, takes the newest
- * ncclCollNetPlugin_vN it exports (v11, else v10, v9, v8; the v11 build must export v8 too) and runs, with
- * fork()ed processes as the group's members (handles passed through a MAP_SHARED mapping, a barrier of our own):
+ * transports/collnet/aggd/aggd_net.c), without libcomm: collnet_example_test LIB.so... dlopens each library,
+ * takes the newest ncclCollNetPlugin_vN it exports (v11, else v10, v9, v8; the v11 build must export v8 too) and
+ * runs, with fork()ed processes as the group's members (handles passed through a MAP_SHARED mapping, a barrier of
+ * our own):
  *   - groups of 1, 2 and 4: init, properties, listen, connect; int32 sum (1000 elements and 100000), float32
  *     max, bfloat16 and float16 sums (rounding through float after each op, in member order), in place and out
  *     of place, all posted before the first test; exact results, the same bits on every member; the limit of
  *     64 requests in flight; calls that disagree between members (ncclInvalidUsage, then the group still works);
  *     operations over maxCollBytes refused; regMr of device memory and regMrDmaBuf refused; iflush;
+ *   - groups of 1, 3 and 4 (the v8 table of the v11 build: 3): iallgather and ireducescatter, whole and in
+ *     windows of several SGE parts, odd sizes, every type and op, in place, limits (collnet_example_test_gather.h);
+ *   - every table offers both; NCCL_EXAMPLE_COLLNET_NO_GATHER=1 where a library is loaded: it offers neither;
  *   - reduceSupport (float8, op 4, type 99: 0);
  *   - NCCL_EXAMPLE_COLLNET_FAIL_CONNECT_RANK (member 1, member 0): every member's connect fails within the timeout;
  *   - a member killed during an operation (member 2, member 0): the others' test() fails within the timeout.
@@ -612,6 +616,8 @@ static void cxtScenarioKill(cxtMember* m) {
   REQUIRE(cxtNowMs() - t1 < 2000, "closing took %lld ms", (long long)(cxtNowMs() - t1));
 }
 
+#include "collnet_example_test_gather.h"
+
 /* ---------------------------------------------------------------- per library */
 
 static int cxtCheckTables(const cxtApi* a, void* lib, const char* wantName) {
@@ -628,10 +634,14 @@ static int cxtCheckTables(const cxtApi* a, void* lib, const char* wantName) {
   CHECK(dlsym(lib, "ncclNetPlugin_v8") != NULL, "no ncclNetPlugin_v8 beside the CollNet table");
   const char* name = *(const char* const*)a->table;
   CHECK(name && strcmp(name, wantName) == 0, "table name %s, want %s", name ? name : "NULL", wantName);
-  if (a->version == 8) CHECK(!CXT_T(a, 8)->iallgather && !CXT_T(a, 8)->ireducescatter, "v8: iallgather offered");
-  if (a->version == 9) CHECK(!CXT_T(a, 9)->iallgather && !CXT_T(a, 9)->makeVDevice, "v9: iallgather/makeVDevice");
-  if (a->version == 10) CHECK(!CXT_T(a, 10)->ireducescatter && !CXT_T(a, 10)->makeVDevice, "v10: not NULL");
-  if (a->version == 11) CHECK(!CXT_T(a, 11)->iallgather && CXT_T(a, 11)->finalize, "v11: iallgather/finalize");
+  if (a->version == 8)
+    CHECK(CXT_T(a, 8)->iallgather && CXT_T(a, 8)->ireducescatter, "v8: no iallgather/ireducescatter");
+  if (a->version == 9)
+    CHECK(CXT_T(a, 9)->iallgather && CXT_T(a, 9)->ireducescatter && !CXT_T(a, 9)->makeVDevice, "v9: the members");
+  if (a->version == 10)
+    CHECK(CXT_T(a, 10)->iallgather && CXT_T(a, 10)->ireducescatter && !CXT_T(a, 10)->makeVDevice, "v10: the members");
+  if (a->version == 11)
+    CHECK(CXT_T(a, 11)->iallgather && CXT_T(a, 11)->ireducescatter && CXT_T(a, 11)->finalize, "v11: the members");
   /* reduceSupport: ops 0..3 on the ten types, nothing else (and no crash on odd values). */
   for (int t = -1; t <= 12; t++)
     for (int op = -1; op <= 5; op++) {
@@ -660,6 +670,15 @@ static int cxtRunApi(const cxtApi* a, void* lib, int full) {
     cxtStart(&g[0], a, sizes[k], cxtScenarioBasic, sizes[k] == 1, -1, what);
     fails += cxtWait(&g[0]);
   }
+  static const int gatherSizes[3] = {1, 3, 4};
+  for (int k = 0; k < 3; k++) {
+    if (!full && gatherSizes[k] != 3) continue;
+    char what[96];
+    snprintf(what, sizeof(what), "iallgather, ireducescatter: %d member%s%s", gatherSizes[k],
+             gatherSizes[k] > 1 ? "s" : "", gatherSizes[k] == 1 ? " (maxCollBytes 1 MiB)" : "");
+    cxtStart(&g[0], a, gatherSizes[k], cxtScenarioGather, gatherSizes[k] == 1, -1, what);
+    fails += cxtWait(&g[0]);
+  }
   if (!full) return fails;
   /* The two failure cases of each kind run at the same time (each takes up to the timeout). */
   cxtStart(&g[0], a, 3, cxtScenarioFailConnect, 1, -1, "connect fails at member 1");
@@ -677,9 +696,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
+  unsetenv("NCCL_EXAMPLE_COLLNET_NO_GATHER"); /* (read when a library is loaded) */
   int64_t t0 = cxtNowMs();
   int fails = 0;
   for (int i = 1; i < argc; i++) {
+    const char* name = strrchr(argv[i], '/');
+    fails += cxtCheckNoGather(argv[i], name ? name + 1 : argv[i]);
     void* lib = dlopen(argv[i], RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
       fprintf(stderr, "FAIL cannot load %s: %s\n", argv[i], dlerror());

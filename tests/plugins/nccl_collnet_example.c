@@ -1,8 +1,8 @@
 /* An example CollNet (in-network reduction) plugin in NCCL's shape (transports/collnet/nccl/collnet_nccl.h,
- * docs/COLLNET_ABI.md), over TCP: built into one library with the example network plugin (nccl_net_example.c),
- * as a SHARP plugin library is, to test libcomm's CollNet adapter end to end.
+ * docs/COLLNET_ABI.md), over TCP: built into one library with the example network plugin
+ * (transports/collnet/aggd/aggd_net.c), as a SHARP plugin library is, to test libcomm's CollNet adapter end to end.
  *
- * One device. listen() binds an ephemeral port on the address nccl_net_example.c picks (NCCL_EXAMPLE_NET_ADDR,
+ * One device. listen() binds an ephemeral port on the address aggd_net.c picks (NCCL_EXAMPLE_NET_ADDR,
  * else the first IPv4 interface up and not loopback, else loopback); the handle holds a magic, the address, the
  * port and a random 64-bit nonce (handles[0]'s names the group). connect() forms a star: the others connect to
  * member 0 and send a hello (rank, size, nonce); member 0 answers them all once all are in; it waits up to
@@ -12,13 +12,16 @@
  * which reduces in the fixed member order 0, 1, ..., n-1 (half and bfloat16 through float, rounded to nearest
  * even after each op) and sends the result back, so every member gets the same bits. Headers that disagree fail
  * that operation on every member (ncclInvalidUsage); a socket error or a member gone fails every pending and
- * later one (ncclSystemError).
+ * later one (ncclSystemError). iallgather and ireducescatter (windows of the nranks x bytesPerRank buffer in SGE
+ * lists, NCCL's contract: collnet_example_gather.h) go the same way: member 0 gathers the pieces, or reduces the
+ * windows as iallreduce does, and sends each member its result.
  *
  * -DNCCL_EXAMPLE_COLLNET_VERSION=N: 11 (default) exports ncclCollNetPlugin_v11 and a v8 table (named
  * ExampleCollNetV8: a loader must take the newest); 8, 9, 10 export ncclCollNetPlugin_vN.
  * Environment: NCCL_EXAMPLE_COLLNET_MAX_BYTES (v9+ maxCollBytes, default 4 MiB; larger operations are refused),
  * NCCL_EXAMPLE_COLLNET_TIMEOUT_MS, NCCL_EXAMPLE_COLLNET_FAIL_CONNECT_RANK=r (member r's connect fails with
- * ncclInvalidUsage, for tests), NCCL_EXAMPLE_NET_ADDR. SPDX-License-Identifier: Apache-2.0 */
+ * ncclInvalidUsage, for tests), NCCL_EXAMPLE_COLLNET_NO_GATHER=1 (read when the library is loaded: every table's
+ * iallgather and ireducescatter are NULL), NCCL_EXAMPLE_NET_ADDR. SPDX-License-Identifier: Apache-2.0 */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -92,12 +95,14 @@ typedef struct {
   uint64_t nonce;
 } cxHello;
 
-/* Every operation: a member's header to member 0, and member 0's answer (status != 0: failed, no data). */
+/* Every operation: a member's header to member 0, and member 0's answer (status != 0: failed, no data); data
+ * bytes follow it. bytes: allreduce: count x size, allgather and reducescatter: the window's. */
 typedef struct {
   uint32_t magic;
   int32_t status;
   uint64_t seq, bytes;
-  int32_t type, op;
+  int32_t type, op, kind, reserved;
+  uint64_t bytesPerRank, windowOffset, data;
 } cxWire;
 
 typedef struct {
@@ -113,6 +118,13 @@ typedef struct {
 } cxListen;
 
 enum { CX_FREE = 0, CX_POSTED, CX_DONE, CX_FAILED };
+enum { CX_ALLREDUCE = 0, CX_ALLGATHER, CX_REDUCESCATTER };
+
+/* One element of a scatter-gather list (a window's piece, in order). */
+typedef struct {
+  char* p;
+  size_t size;
+} cxPart;
 
 struct cxColl;
 typedef struct {
@@ -120,9 +132,13 @@ typedef struct {
   int state; /* CX_*, under coll->mu */
   ncclResult_t result;
   uint64_t seq;
-  char *send, *recv;
-  size_t bytes;
-  int type, op;
+  char *send, *recv; /* allgather: send; reducescatter: recv (this member's piece of the window) */
+  size_t bytes;      /* allreduce: count x size; allgather, reducescatter: the window's */
+  int type, op, kind;
+  size_t bytesPerRank, windowOffset, report; /* report: the size test() gives */
+  int nParts;                                /* allgather: recv; reducescatter: send */
+  cxPart* parts;                             /* &part0, or allocated; until the operation ran */
+  cxPart part0;
 } cxReq;
 
 typedef struct cxColl {
@@ -133,6 +149,8 @@ typedef struct cxColl {
   size_t maxBytes;
   uint64_t nonce;
   char* scratch; /* member 0 */
+  char* acc;     /* member 0's reduce-scatter window (its worker's) */
+  size_t accSize;
   pthread_t worker;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -186,7 +204,7 @@ static uint64_t cxRandom64(void) {
   return v;
 }
 
-/* The address nccl_net_example.c picks: NCCL_EXAMPLE_NET_ADDR, else the first IPv4 interface up and not
+/* The address aggd_net.c picks: NCCL_EXAMPLE_NET_ADDR, else the first IPv4 interface up and not
  * loopback, else loopback; picked again when asked (init), else once. */
 static struct in_addr cxGetAddress(int again) {
   pthread_mutex_lock(&cxLock);
@@ -317,8 +335,11 @@ static ncclResult_t cxReduceSupport(ncclDataType_t dataType, ncclRedOp_t redOp, 
 static void cxFreeColl(cxColl* c) {
   for (int i = 0; i < c->nranks; i++)
     if (c->fds && c->fds[i] >= 0) close(c->fds[i]);
+  for (int i = 0; i < CX_MAX_REQUESTS; i++)
+    if (c->reqs[i].parts != &c->reqs[i].part0) free(c->reqs[i].parts);
   free(c->fds);
   free(c->scratch);
+  free(c->acc);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
   c->magic = 0;
@@ -458,53 +479,24 @@ static int cxIo(cxColl* c, int peer, void* buf, size_t len, int isSend, uint64_t
   return rc;
 }
 
-/* Member 0: gather everyone's data in member order, reduce, send the result back. */
+#include "collnet_example_gather.h"
+
+/* Member 0 of an allreduce: gather everyone's data in member order, reduce, send the result back. */
 static ncclResult_t cxRunRoot(cxColl* c, const cxReq* r) {
   if (r->recv != r->send && r->bytes) memmove(r->recv, r->send, r->bytes);
   size_t esz = (size_t)cxTypeSize(r->type);
   int bad = 0;
   for (int m = 1; m < c->nranks; m++) {
     cxWire h;
-    if (cxIo(c, m, &h, sizeof(h), 0, r->seq, "a header from")) return ncclSystemError;
-    if (h.magic != CX_MAGIC)
-      CX_FAIL(ncclSystemError, "member 0, operation %llu: a corrupt header from member %d", (unsigned long long)r->seq,
-              m);
-    if (h.seq != r->seq || h.bytes != r->bytes || h.type != r->type || h.op != r->op) {
-      CX_WARN("operation %llu fails: member %d posted seq %llu, %llu bytes, type %d, op %d; member 0 %zu bytes, "
-              "type %d, op %d",
-              (unsigned long long)r->seq, m, (unsigned long long)h.seq, (unsigned long long)h.bytes, h.type, h.op,
-              r->bytes, r->type, r->op);
-      bad = 1;
-    }
-    for (uint64_t off = 0; off < h.bytes;) { /* (after a mismatch, the data is only drained) */
-      size_t len = h.bytes - off < CX_CHUNK ? (size_t)(h.bytes - off) : CX_CHUNK;
+    if (cxRootHeader(c, r, m, &h, &bad) != ncclSuccess) return ncclSystemError;
+    for (uint64_t off = 0; off < h.data;) { /* (after a mismatch, the data is only drained) */
+      size_t len = h.data - off < CX_CHUNK ? (size_t)(h.data - off) : CX_CHUNK;
       if (cxIo(c, m, c->scratch, len, 0, r->seq, "data from")) return ncclSystemError;
       if (!bad) cxReduce(r->recv + off, c->scratch, len / esz, r->type, r->op);
       off += len;
     }
   }
-  cxWire out = {CX_MAGIC, bad ? ncclInvalidUsage : 0, r->seq, bad ? 0 : r->bytes, r->type, r->op};
-  for (int m = 1; m < c->nranks; m++) {
-    if (cxIo(c, m, &out, sizeof(out), 1, r->seq, "the answer to")) return ncclSystemError;
-    if (!bad && r->bytes && cxIo(c, m, r->recv, r->bytes, 1, r->seq, "the result to")) return ncclSystemError;
-  }
-  return bad ? ncclInvalidUsage : ncclSuccess;
-}
-
-/* Any other member: send the header and data to member 0, receive the answer and the result. */
-static ncclResult_t cxRunMember(cxColl* c, const cxReq* r) {
-  cxWire h = {CX_MAGIC, 0, r->seq, r->bytes, r->type, r->op};
-  if (cxIo(c, 0, &h, sizeof(h), 1, r->seq, "the header to")) return ncclSystemError;
-  if (r->bytes && cxIo(c, 0, r->send, r->bytes, 1, r->seq, "data to")) return ncclSystemError;
-  if (cxIo(c, 0, &h, sizeof(h), 0, r->seq, "the answer from")) return ncclSystemError;
-  if (h.magic != CX_MAGIC || h.seq != r->seq || (h.status == 0 && h.bytes != r->bytes))
-    CX_FAIL(ncclSystemError, "member %d, operation %llu: a corrupt answer from member 0", c->rank,
-            (unsigned long long)r->seq);
-  if (h.status != 0)
-    CX_FAIL(ncclInvalidUsage, "member %d, operation %llu: failed at member 0 (the members' calls disagree)", c->rank,
-            (unsigned long long)r->seq);
-  if (r->bytes && cxIo(c, 0, r->recv, r->bytes, 0, r->seq, "the result from")) return ncclSystemError;
-  return ncclSuccess;
+  return cxRootAnswer(c, r, bad);
 }
 
 static void cxShutdownAll(cxColl* c) {
@@ -522,8 +514,13 @@ static void* cxWorker(void* arg) {
     cxReq job = *r;
     ncclResult_t res = c->broken;
     pthread_mutex_unlock(&c->mu);
-    if (res == ncclSuccess) res = c->rank == 0 ? cxRunRoot(c, &job) : cxRunMember(c, &job);
+    if (res == ncclSuccess)
+      res = c->rank != 0               ? cxRunMember(c, &job)
+            : job.kind == CX_ALLREDUCE ? cxRunRoot(c, &job)
+            : job.kind == CX_ALLGATHER ? cxRunGatherRoot(c, &job)
+                                       : cxRunScatterRoot(c, &job);
     pthread_mutex_lock(&c->mu);
+    cxDropParts(r);
     if (res == ncclSystemError && c->broken == ncclSuccess) {
       /* The group is gone: fail this and every later operation, and tell the others at once. */
       c->broken = ncclSystemError;
@@ -538,8 +535,6 @@ static void* cxWorker(void* arg) {
 }
 
 /* ---------------------------------------------------------------- memory, operations, test, close */
-
-static int cxIsColl(const cxColl* c) { return c && c->magic == CX_MAGIC; }
 
 static ncclResult_t cxRegMr(void* collComm, void* data, size_t size, int type, void** mhandle) {
   *mhandle = NULL;
@@ -569,12 +564,6 @@ static ncclResult_t cxDeregMr(void* collComm, void* mhandle) {
   return ncclSuccess;
 }
 
-static int cxCovers(const cxColl* c, const void* mhandle, const char* p, size_t bytes) {
-  const cxMr* mr = (const cxMr*)mhandle;
-  return mr && mr->magic == CX_MAGIC && mr->coll == c && p >= mr->data && (size_t)(p - mr->data) <= mr->size &&
-         bytes <= mr->size - (size_t)(p - mr->data);
-}
-
 static ncclResult_t cxPost(void* collComm, void* sendData, void* recvData, size_t count, int type, int op,
                            void* sendMhandle, void* recvMhandle, void** request, size_t limit) {
   *request = NULL;
@@ -588,28 +577,9 @@ static ncclResult_t cxPost(void* collComm, void* sendData, void* recvData, size_
   size_t bytes = count * esz;
   if (!cxCovers(c, sendMhandle, sendData, bytes) || !cxCovers(c, recvMhandle, recvData, bytes))
     CX_FAIL(ncclInvalidArgument, "iallreduce: the buffers are not inside their registrations of this collComm");
-  pthread_mutex_lock(&c->mu);
-  if (c->broken != ncclSuccess) {
-    pthread_mutex_unlock(&c->mu);
-    CX_WARN("iallreduce: member %d: the group failed before", c->rank);
-    return ncclSystemError;
-  }
-  cxReq* r = &c->reqs[c->posted % CX_MAX_REQUESTS];
-  if (r->state != CX_FREE) { /* 64 in flight: call again later */
-    pthread_mutex_unlock(&c->mu);
-    return ncclSuccess;
-  }
-  *r = (cxReq){c, CX_POSTED, ncclSuccess, c->posted++, (char*)sendData, (char*)recvData, bytes, type, op};
-  if (c->nranks == 1) {
-    if (r->recv != r->send && bytes) memmove(r->recv, r->send, bytes);
-    r->state = CX_DONE;
-    c->processed++;
-  } else {
-    pthread_cond_signal(&c->cv);
-  }
-  pthread_mutex_unlock(&c->mu);
-  *request = r;
-  return ncclSuccess;
+  /* (64 in flight: *request stays NULL, call again later) */
+  cxReq t = {.send = (char*)sendData, .recv = (char*)recvData, .bytes = bytes, .type = type, .op = op, .report = bytes};
+  return cxQueue(c, &t, request);
 }
 
 static ncclResult_t cxIflush(void* collComm, void* data, int size, void* mhandle, void** request) {
@@ -629,7 +599,7 @@ static ncclResult_t cxTest(void* request, int* done, int* size) {
     case CX_POSTED: break;
     case CX_DONE:
       *done = 1;
-      if (size) *size = r->bytes > (size_t)INT32_MAX ? INT32_MAX : (int)r->bytes;
+      if (size) *size = r->report > (size_t)INT32_MAX ? INT32_MAX : (int)r->report;
       r->state = CX_FREE;
       break;
     case CX_FAILED:
@@ -660,11 +630,11 @@ static ncclResult_t cxCloseColl(void* collComm) {
 
 /* ---------------------------------------------------------------- the tables */
 
-/* Members of the same type in every version (iallgather and ireducescatter are not offered). */
-#define CX_MEMBERS                                                                                                    \
-  .devices = cxDevices, .connect = cxConnect, .reduceSupport = cxReduceSupport, .regMr = cxRegMr,                     \
-  .regMrDmaBuf = cxRegMrDmaBuf, .deregMr = cxDeregMr, .iallgather = NULL, .ireducescatter = NULL, .iflush = cxIflush, \
-  .test = cxTest, .closeColl = cxCloseColl, .closeListen = cxCloseListen
+/* Members of the same type in every version. */
+#define CX_MEMBERS                                                                                                  \
+  .devices = cxDevices, .connect = cxConnect, .reduceSupport = cxReduceSupport, .regMr = cxRegMr,                   \
+  .regMrDmaBuf = cxRegMrDmaBuf, .deregMr = cxDeregMr, .iflush = cxIflush, .test = cxTest, .closeColl = cxCloseColl, \
+  .closeListen = cxCloseListen
 
 /* init and listen of versions 8, 9 and 10 (no context). */
 static ncclResult_t cxInitV8(ncclDebugLogger_t logFunction) { return cxInitCommon(logFunction); }
@@ -694,6 +664,8 @@ CX_EXPORT ncclCollNet_v8_t ncclCollNetPlugin_v8 = {
     .getProperties = cxGetPropertiesV8,
     .listen = cxListenV8,
     .iallreduce = cxIallreduceV8,
+    .iallgather = cxIallgatherV8,
+    .ireducescatter = cxIreducescatterV8,
     CX_MEMBERS,
 };
 #endif
@@ -729,6 +701,8 @@ CX_EXPORT cxTableV9 CX_SYMBOL = {
     .getProperties = cxGetPropertiesV9,
     .listen = cxListenV8,
     .iallreduce = cxIallreduce,
+    .iallgather = cxIallgather,
+    .ireducescatter = cxIreducescatter,
     CX_MEMBERS,
     .makeVDevice = NULL,
 };
@@ -773,14 +747,32 @@ static ncclResult_t cxListenV11(void* ctx, int dev, void* handle, void** listenC
   return cxListenCommon(x, dev, handle, listenComm);
 }
 
-CX_EXPORT ncclCollNet_v11_t ncclCollNetPlugin_v11 = {
+#define CX_SYMBOL ncclCollNetPlugin_v11
+CX_EXPORT ncclCollNet_v11_t CX_SYMBOL = {
     .name = CX_NAME,
     .init = cxInitV11,
     .getProperties = cxGetPropertiesV11,
     .listen = cxListenV11,
     .iallreduce = cxIallreduce,
+    .iallgather = cxIallgather,
+    .ireducescatter = cxIreducescatter,
     CX_MEMBERS,
     .makeVDevice = NULL,
     .finalize = cxFinalize,
 };
 #endif
+
+/* NCCL_EXAMPLE_COLLNET_NO_GATHER=1: the tables offer neither iallgather nor ireducescatter (NULL). Loaders read
+ * the members as soon as they find the table (libcomm's collnet_nccl.c right after dlsym, before init), so they
+ * are cleared when the library is loaded, and stay so. */
+__attribute__((constructor)) static void cxNoGather(void) {
+  if (cxEnv("NCCL_EXAMPLE_COLLNET_NO_GATHER", 0, 0, 1) != 1) return;
+#if NCCL_EXAMPLE_COLLNET_VERSION == 8 || NCCL_EXAMPLE_COLLNET_VERSION == 11
+  ncclCollNetPlugin_v8.iallgather = NULL;
+  ncclCollNetPlugin_v8.ireducescatter = NULL;
+#endif
+#if NCCL_EXAMPLE_COLLNET_VERSION >= 9
+  CX_SYMBOL.iallgather = NULL;
+  CX_SYMBOL.ireducescatter = NULL;
+#endif
+}
