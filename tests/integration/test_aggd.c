@@ -13,6 +13,8 @@
  *   C  connect fails: COMM_AGGD unset, a daemon killed before connect, a group too large for --max-mem.
  *   D  a daemon killed during an operation (test fails); a member silent past --timeout-ms (test fails).
  *   E  a daemon stopped (SIGSTOP) during an operation: test fails after COMM_AGGD_TIMEOUT_MS without progress.
+ *   F, X, H, G  allgather and reducescatter (test_aggd_gather.h): groups of 3 and 4, whole and windowed, every
+ *      type x op; through libcomm's adapter; COMM_AGGD_NO_GATHER; a member killed in the middle of an allgather.
  * At the end the daemons hold no group and no memory, and exit 0 on SIGTERM. SPDX-License-Identifier: Apache-2.0 */
 #include <dlfcn.h>
 #include <errno.h>
@@ -644,6 +646,8 @@ static void waitFreed(int port, long long groups) {
   }
 }
 
+#include "test_aggd_gather.h"
+
 int main(int argc, char** argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: test_aggd PATH/comm_aggd PATH/libcomm-collnet-aggd.so\n");
@@ -726,6 +730,7 @@ int main(int argc, char** argv) {
   waitFreed(d0.port, 0);
   waitFreed(d1.port, 0);
   CHECK(statOf(d0.port, AGGD_STAT_FAILED) > failed0, "the daemon did not count the failed group");
+  gatherScenarios(list, d0.port, d1.port);
 
   phase("C, D, E: connect failures; a daemon killed during an operation; a silent member; a stopped daemon");
   daemonProc d2 = startDaemon("2M"), d3 = startDaemon("2M");

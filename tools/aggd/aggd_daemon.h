@@ -41,19 +41,27 @@ typedef struct aggdConn {
   uint64_t nextContrib; /* seq of its next contribution */
   uint64_t nextResult;  /* seq of the next result to send it (the results it was sent: its credits back) */
   uint8_t resHdr[AGGD_HDR_BYTES];
-  size_t resOff; /* bytes of the RESULT message being written (0: none started) */
+  size_t resOff;     /* bytes of the RESULT message being written (0: none started) */
+  size_t resLen;     /* its body's bytes */
+  aggdWin win;       /* its allgather / reducescatter (from its last OP) */
+  uint64_t winRound; /* rounds of it contributed (== win.rounds: none open) */
 } aggdConn;
 
 typedef struct {
   uint64_t seq;
   int inUse, complete;
-  uint32_t bytes;
+  int kind;       /* AGGD_K_* */
+  uint32_t bytes; /* allreduce, reducescatter: every member's contribution (allgather: their sum) */
   int dtype, op;
+  uint64_t round; /* allgather, reducescatter: the round of win */
+  aggdWin win;    /* allgather, reducescatter: the operation (the first member's OP; the others' must match) */
   int narrived;
   int pending; /* members still to be sent the result */
   int64_t firstMs;
-  uint8_t** bufs; /* [nranks]: contributions arrived */
-  uint8_t* result;
+  uint8_t** bufs;  /* [nranks]: contributions arrived (NULL for an empty one) */
+  uint32_t* lens;  /* [nranks]: their bytes */
+  uint8_t* got;    /* [nranks]: arrived */
+  uint8_t* result; /* allreduce, reducescatter: the reduction (allgather: bufs are the result) */
 } aggdSlot;
 
 struct aggdGroup {
@@ -85,6 +93,7 @@ typedef struct {
   size_t memUsed, memPeak, memReserved, reservedPeak;
   /* counters */
   uint64_t groupsCreated, groupsFailed, groupsClosed, refusedAuth, refusedMem, refusedOther, dropped, ops;
+  uint64_t opsKind[3]; /* rounds completed per AGGD_K_* */
 } aggdState;
 
 extern aggdState aggd;
@@ -106,6 +115,7 @@ void aggdOnRegister(aggdConn* c); /* c->reg filled from a REGISTER */
 void aggdOnKey(aggdConn* c, const uint8_t k[16]);
 int aggdOnContribHeader(aggdConn* c); /* 0: read the body into c->contrib; -1: c dropped */
 void aggdOnContrib(aggdConn* c);      /* the body is in c->contrib */
+void aggdOnOp(aggdConn* c);           /* an OP (its body in c->ctrl) */
 void aggdOnBye(aggdConn* c);
 /* The member's connection closed or misbehaved: fail its group. */
 void aggdMemberGone(aggdConn* c, int code, const char* why);

@@ -1,6 +1,9 @@
 /* comm_aggd's groups: registration (authentication, memory reservation), contributions under credits, the
  * reduction in fixed member order (libcomm's own element reductions, src/exec/reduce.h, so the rounding of
- * half, bfloat16 and fp8 is libcomm's), results, and failures that free a group's memory.
+ * half, bfloat16 and fp8 is libcomm's), results, and failures that free a group's memory. Allgather and
+ * reducescatter rounds (aggd_proto.h, WINDOWS) share all of it: an allgather round is not reduced (each member
+ * is sent the others' contributions), a reducescatter round is reduced as an allreduce and each member is sent
+ * only its slice's bytes of it.
  * SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
 #include <stdarg.h>
@@ -39,8 +42,10 @@ static void bufFree(aggdGroup* g, uint8_t* p, size_t bytes) {
 
 static void slotReset(aggdGroup* g, aggdSlot* s) {
   for (uint32_t i = 0; i < g->nranks; i++) {
-    bufFree(g, s->bufs[i], s->bytes);
+    bufFree(g, s->bufs[i], s->lens[i]);
     s->bufs[i] = NULL;
+    s->lens[i] = 0;
+    s->got[i] = 0;
   }
   bufFree(g, s->result, s->bytes);
   s->result = NULL;
@@ -64,6 +69,8 @@ static void freeGroup(aggdGroup* g) {
   for (int i = 0; i < g->nslots; i++) {
     slotReset(g, &g->slots[i]);
     free(g->slots[i].bufs);
+    free(g->slots[i].lens);
+    free(g->slots[i].got);
   }
   size_t overhead = g->used; /* what is left: the bookkeeping arrays */
   aggd.memUsed -= overhead;
@@ -111,8 +118,8 @@ void aggdMemberGone(aggdConn* c, int code, const char* why) {
 static aggdGroup* createGroup(aggdConn* c, const uint8_t k[16]) {
   const aggdRegister* r = &c->reg;
   uint64_t window = aggd.window, chunk = aggd.chunk, nslots = 2 * window;
-  uint64_t overhead = nslots * (sizeof(aggdSlot) + r->nranks * sizeof(uint8_t*)) + r->nranks * (sizeof(aggdConn*) + 1) +
-                      sizeof(aggdGroup);
+  uint64_t overhead = nslots * (sizeof(aggdSlot) + r->nranks * (sizeof(uint8_t*) + sizeof(uint32_t) + 1)) +
+                      r->nranks * (sizeof(aggdConn*) + 1) + sizeof(aggdGroup);
   uint64_t need = (uint64_t)r->nranks * window * chunk + overhead;
   if (need > aggd.maxMem || aggd.memReserved + need > aggd.maxMem) {
     aggd.refusedMem++;
@@ -130,10 +137,20 @@ static aggdGroup* createGroup(aggdConn* c, const uint8_t k[16]) {
     g->slots = calloc(nslots, sizeof(aggdSlot));
   }
   int ok = g && g->members && g->left && g->slots;
-  for (uint64_t i = 0; ok && i < nslots; i++) ok = (g->slots[i].bufs = calloc(r->nranks, sizeof(uint8_t*))) != NULL;
+  for (uint64_t i = 0; ok && i < nslots; i++) {
+    aggdSlot* sl = &g->slots[i];
+    sl->bufs = calloc(r->nranks, sizeof(uint8_t*));
+    sl->lens = calloc(r->nranks, sizeof(uint32_t));
+    sl->got = calloc(r->nranks, 1);
+    ok = sl->bufs && sl->lens && sl->got;
+  }
   if (!ok) {
     if (g) {
-      for (uint64_t i = 0; g->slots && i < nslots; i++) free(g->slots[i].bufs);
+      for (uint64_t i = 0; g->slots && i < nslots; i++) {
+        free(g->slots[i].bufs);
+        free(g->slots[i].lens);
+        free(g->slots[i].got);
+      }
       free(g->slots);
       free(g->members);
       free(g->left);
@@ -195,6 +212,7 @@ static void join(aggdConn* c, aggdGroup* g) {
   c->rank = (int)r->rank;
   c->state = AGGD_C_MEMBER;
   c->nextContrib = c->nextResult = 0;
+  c->win.rounds = c->winRound = 0;
   c->lastRecv = aggdNowMs();
   uint8_t body[8];
   aggdPut32(body, g->window);
@@ -239,13 +257,42 @@ void aggdOnKey(aggdConn* c, const uint8_t k[16]) {
   if (g) join(c, g);
 }
 
+void aggdOnOp(aggdConn* c) {
+  aggdGroup* g = c->g;
+  aggdWin w;
+  if (c->winRound < c->win.rounds) {
+    aggdMemberGone(c, AGGD_E_PROTO, "announced an operation before contributing to all rounds of the last");
+    return;
+  }
+  if (aggdOpUnpack(c->ctrl, &w) != 0 || aggdWinInit(&w, g->nranks, g->nshards, g->shard, g->chunk) != 0 ||
+      w.rounds == 0 || (w.kind == AGGD_K_ALLGATHER && (uint64_t)(g->nranks - 1) * g->chunk > UINT32_MAX)) {
+    aggdMemberGone(c, AGGD_E_PROTO, "announced a malformed allgather or reducescatter");
+    return;
+  }
+  c->win = w;
+  c->winRound = 0;
+}
+
+/* Two members' OPs are the same operation. */
+static int sameWin(const aggdWin* a, const aggdWin* b) {
+  return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->bpr == b->bpr && a->wo == b->wo &&
+         a->wb == b->wb;
+}
+
 int aggdOnContribHeader(aggdConn* c) {
   aggdGroup* g = c->g;
   const aggdHdr* h = &c->h;
-  int dtype = (int)(h->arg & 0xff), op = (int)((h->arg >> 8) & 0xff);
+  int kind = h->kind, dtype = (int)(h->arg & 0xff), op = (int)((h->arg >> 8) & 0xff);
   size_t esize = aggdTypeSize(dtype);
-  if (h->seq != c->nextContrib || h->seq >= c->nextResult + g->window || h->len == 0 || h->len > g->chunk ||
-      esize == 0 || op > 3 || (h->arg >> 16) != 0 || h->len % esize != 0) {
+  int bad = h->seq != c->nextContrib || h->seq >= c->nextResult + g->window || h->len > g->chunk;
+  if (kind == AGGD_K_ALLREDUCE) {
+    bad = bad || h->len == 0 || esize == 0 || op > 3 || (h->arg >> 16) != 0 || h->len % esize != 0;
+  } else { /* the round of its open OP, of the length the layout gives */
+    bad = bad || kind != (int)c->win.kind || c->winRound >= c->win.rounds ||
+          h->arg != (kind == AGGD_K_REDUCESCATTER ? c->win.dtype | (c->win.op << 8) : 0u) ||
+          h->len != aggdWinRoundLen(&c->win, c->winRound, (uint64_t)c->rank);
+  }
+  if (bad) {
     aggdMemberGone(c, AGGD_E_PROTO, "sent a bad contribution (beyond its credits, or malformed)");
     return -1;
   }
@@ -257,20 +304,27 @@ int aggdOnContribHeader(aggdConn* c) {
   if (!s->inUse) {
     s->inUse = 1;
     s->seq = h->seq;
-    s->bytes = h->len;
+    s->kind = kind;
+    s->bytes = kind == AGGD_K_ALLGATHER ? 0 : h->len;
     s->dtype = dtype;
     s->op = op;
+    s->round = c->winRound;
+    if (kind != AGGD_K_ALLREDUCE) s->win = c->win;
     s->firstMs = aggdNowMs();
   } else if (s->seq != h->seq || s->complete) {
     aggdMemberGone(c, AGGD_E_PROTO, "contributed to an operation out of its window");
     return -1;
-  } else if (s->bytes != h->len || s->dtype != dtype || s->op != op) {
+  } else if (s->kind != kind ||
+             (kind == AGGD_K_ALLREDUCE && (s->bytes != h->len || s->dtype != dtype || s->op != op)) ||
+             (kind != AGGD_K_ALLREDUCE && (s->round != c->winRound || !sameWin(&s->win, &c->win)))) {
     aggdFailGroup(g, c, AGGD_E_MISMATCH,
-                  "members disagree on operation %llu: rank %d sent %u bytes of type %d op %d, others %u bytes "
-                  "of type %d op %d",
-                  (unsigned long long)h->seq, c->rank, h->len, dtype, op, s->bytes, s->dtype, s->op);
+                  "members disagree on operation %llu: rank %d sent %u bytes of kind %d type %d op %d (round %llu), "
+                  "others %u bytes of kind %d type %d op %d (round %llu)",
+                  (unsigned long long)h->seq, c->rank, h->len, kind, dtype, op, (unsigned long long)c->winRound,
+                  s->bytes, s->kind, s->dtype, s->op, (unsigned long long)s->round);
     return -1;
   }
+  if (h->len == 0) return 0; /* an empty allgather contribution: nothing to hold */
   c->contrib = bufAlloc(g, h->len);
   if (!c->contrib) {
     aggdFailGroup(g, c, AGGD_E_MEM, "no memory for a contribution of %u bytes (group holds %zu of %zu)", h->len,
@@ -282,6 +336,16 @@ int aggdOnContribHeader(aggdConn* c) {
 
 static void complete(aggdGroup* g, aggdSlot* s) {
   commRedOpArgs args;
+  if (s->kind == AGGD_K_ALLGATHER) { /* nothing to reduce: each member is sent the others' contributions */
+    s->complete = 1;
+    s->pending = g->nactive;
+    g->completed++;
+    aggd.ops++;
+    aggd.opsKind[AGGD_K_ALLGATHER]++;
+    for (uint32_t r = 0; r < g->nranks; r++)
+      if (g->members[r]) aggdFlush(g->members[r]);
+    return;
+  }
   if (commRedOpArgsBuiltin((commRedOp_t)s->op, (commDataType_t)s->dtype, (int)g->nranks, &args) != commSuccess) {
     aggdFailGroup(g, NULL, AGGD_E_PROTO, "cannot reduce type %d with op %d", s->dtype, s->op);
     return;
@@ -290,15 +354,18 @@ static void complete(aggdGroup* g, aggdSlot* s) {
   uint8_t* acc = s->bufs[0];
   for (uint32_t i = 1; i < g->nranks; i++) { /* fixed member order: acc = m0 op m1 op m2 ... */
     commReduceLocal(&args, acc, acc, s->bufs[i], n, 0, 0);
-    bufFree(g, s->bufs[i], s->bytes);
+    bufFree(g, s->bufs[i], s->lens[i]);
     s->bufs[i] = NULL;
+    s->lens[i] = 0;
   }
   s->bufs[0] = NULL;
+  s->lens[0] = 0;
   s->result = acc;
   s->complete = 1;
   s->pending = g->nactive;
   g->completed++;
   aggd.ops++;
+  aggd.opsKind[s->kind]++;
   for (uint32_t r = 0; r < g->nranks; r++)
     if (g->members[r]) aggdFlush(g->members[r]);
 }
@@ -307,9 +374,12 @@ void aggdOnContrib(aggdConn* c) {
   aggdGroup* g = c->g;
   aggdSlot* s = &g->slots[c->h.seq % (uint64_t)g->nslots];
   s->bufs[c->rank] = c->contrib;
+  s->lens[c->rank] = c->h.len;
+  s->got[c->rank] = 1;
   c->contrib = NULL;
   s->narrived++;
   c->nextContrib++;
+  if (s->kind != AGGD_K_ALLREDUCE) c->winRound++;
   /* Members contribute in order, so operations complete in order: this one is the oldest incomplete. */
   if (s->narrived == (int)g->nranks && s->seq == g->completed) complete(g, s);
 }
@@ -344,34 +414,81 @@ void aggdOnBye(aggdConn* c) {
 
 int aggdHasResults(const aggdConn* c) { return c->g && c->nextResult < c->g->completed; }
 
+/* Member rank's result of slot s: its body's bytes. */
+static size_t resultLen(const aggdGroup* g, const aggdSlot* s, int rank) {
+  if (s->kind == AGGD_K_ALLREDUCE) return s->bytes;
+  if (s->kind == AGGD_K_REDUCESCATTER) {
+    uint64_t off, at, len;
+    aggdWinRsPart(&s->win, s->round, (uint64_t)rank, &off, &at, &len);
+    return (size_t)len;
+  }
+  size_t n = 0;
+  for (uint32_t m = 0; m < g->nranks; m++)
+    if ((int)m != rank) n += s->lens[m];
+  return n;
+}
+
+#define AGGD_RES_IOV 64
+/* The body of member rank's result of slot s from byte skip on, into iov (at most AGGD_RES_IOV - 1 entries). */
+static int resultIov(const aggdGroup* g, const aggdSlot* s, int rank, size_t skip, struct iovec* iov) {
+  int n = 0;
+  if (s->kind != AGGD_K_ALLGATHER) {
+    uint64_t off = 0, at, len = s->bytes;
+    if (s->kind == AGGD_K_REDUCESCATTER) aggdWinRsPart(&s->win, s->round, (uint64_t)rank, &off, &at, &len);
+    if (skip < len) {
+      iov[n].iov_base = s->result + off + skip;
+      iov[n++].iov_len = (size_t)len - skip;
+    }
+    return n;
+  }
+  for (uint32_t m = 0; m < g->nranks && n < AGGD_RES_IOV - 1; m++) { /* the others' contributions, in order */
+    if ((int)m == rank || s->lens[m] == 0) continue;
+    if (skip >= s->lens[m]) {
+      skip -= s->lens[m];
+      continue;
+    }
+    iov[n].iov_base = s->bufs[m] + skip;
+    iov[n++].iov_len = s->lens[m] - skip;
+    skip = 0;
+  }
+  return n;
+}
+
 int aggdWriteResults(aggdConn* c) {
   while (c->g && c->nextResult < c->g->completed) {
     aggdGroup* g = c->g;
     aggdSlot* s = &g->slots[c->nextResult % (uint64_t)g->nslots];
-    if (c->resOff == 0) aggdHdrPack(c->resHdr, AGGD_RESULT, s->bytes, 0, s->seq);
-    size_t total = AGGD_HDR_BYTES + (size_t)s->bytes;
-    struct iovec iov[2];
+    if (c->resOff == 0) {
+      c->resLen = resultLen(g, s, c->rank);
+      aggdHdrPack(c->resHdr, AGGD_RESULT, (uint32_t)c->resLen, 0, s->seq);
+    }
+    size_t total = AGGD_HDR_BYTES + c->resLen;
+    struct iovec iov[AGGD_RES_IOV];
     int n = 0;
     if (c->resOff < AGGD_HDR_BYTES) {
       iov[n].iov_base = c->resHdr + c->resOff;
       iov[n++].iov_len = AGGD_HDR_BYTES - c->resOff;
-      iov[n].iov_base = s->result;
-      iov[n++].iov_len = s->bytes;
-    } else {
-      iov[n].iov_base = s->result + (c->resOff - AGGD_HDR_BYTES);
-      iov[n++].iov_len = total - c->resOff;
     }
-    struct msghdr mh;
-    memset(&mh, 0, sizeof(mh));
-    mh.msg_iov = iov;
-    mh.msg_iovlen = (size_t)n;
-    ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
-      return -1;
+    size_t bodyOff = c->resOff > AGGD_HDR_BYTES ? c->resOff - AGGD_HDR_BYTES : 0, want = 0;
+    n += resultIov(g, s, c->rank, bodyOff, iov + n);
+    for (int i = 0; i < n; i++) want += iov[i].iov_len;
+    ssize_t w = 0;
+    if (want > 0) {
+      struct msghdr mh;
+      memset(&mh, 0, sizeof(mh));
+      mh.msg_iov = iov;
+      mh.msg_iovlen = (size_t)n;
+      w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
+        return -1;
+      }
     }
     c->resOff += (size_t)w;
-    if (c->resOff < total) return 0;
+    if (c->resOff < total) {
+      if ((size_t)w < want || want == 0) return 0; /* the socket is full (want 0: cannot happen) */
+      continue;                                    /* more pieces than one sendmsg took */
+    }
     c->resOff = 0;
     c->nextResult++;
     resultDone(g, s);
@@ -392,7 +509,7 @@ void aggdCheckTimeouts(int64_t now) {
     if (!s->inUse || s->complete || s->seq != g->completed) continue;
     for (uint32_t r = 0; r < g->nranks; r++) {
       aggdConn* c = g->members[r];
-      if (!c || s->bufs[r] || c->nextContrib > s->seq) continue;
+      if (!c || s->got[r] || c->nextContrib > s->seq) continue;
       int64_t since = c->lastRecv > s->firstMs ? c->lastRecv : s->firstMs;
       if (now - since > aggd.timeoutMs) {
         aggdFailGroup(g, c, AGGD_E_TIMEOUT, "member %u (%s) sent nothing for %lld ms while the others waited", r,
@@ -414,12 +531,13 @@ void aggdStats(char* buf, size_t n) {
            AGGD_STAT_GROUPS "=%d members=%d " AGGD_STAT_MEM "=%zu " AGGD_STAT_PEAK "=%zu " AGGD_STAT_RESERVED
                             "=%zu reserved_peak=%zu " AGGD_STAT_MAX "=%zu groups_created=%llu " AGGD_STAT_FAILED
                             "=%llu groups_closed=%llu " AGGD_STAT_FREED "=%llu " AGGD_STAT_AUTH
-                            "=%llu " AGGD_STAT_MEMREF
-                            "=%llu refused_other=%llu dropped=%llu ops=%llu window=%u chunk=%u",
+                            "=%llu " AGGD_STAT_MEMREF "=%llu refused_other=%llu dropped=%llu ops=%llu " AGGD_STAT_AG
+                            "=%llu " AGGD_STAT_RS "=%llu window=%u chunk=%u",
            aggd.ngroups, members, aggd.memUsed, aggd.memPeak, aggd.memReserved, aggd.reservedPeak, aggd.maxMem,
            (unsigned long long)aggd.groupsCreated, (unsigned long long)aggd.groupsFailed,
            (unsigned long long)aggd.groupsClosed, (unsigned long long)(aggd.groupsFailed + aggd.groupsClosed),
            (unsigned long long)aggd.refusedAuth, (unsigned long long)aggd.refusedMem,
            (unsigned long long)aggd.refusedOther, (unsigned long long)aggd.dropped, (unsigned long long)aggd.ops,
+           (unsigned long long)aggd.opsKind[AGGD_K_ALLGATHER], (unsigned long long)aggd.opsKind[AGGD_K_REDUCESCATTER],
            aggd.window, aggd.chunk);
 }

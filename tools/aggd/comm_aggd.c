@@ -156,6 +156,8 @@ static void dispatch(aggdConn* c) {
     case AGGD_C_MEMBER:
       if (h->type == AGGD_CONTRIB) {
         aggdOnContrib(c);
+      } else if (h->type == AGGD_OP && h->len == AGGD_OP_BYTES) {
+        aggdOnOp(c);
       } else if (h->type == AGGD_BYE && h->len == 0) {
         aggdOnBye(c);
       } else {
@@ -170,11 +172,12 @@ static void dispatch(aggdConn* c) {
 static int onHeader(aggdConn* c) {
   aggdHdrUnpack(c->hdrBuf, &c->h);
   const aggdHdr* h = &c->h;
-  if (h->magic != AGGD_MAGIC || h->flags != 0) {
+  int contrib = c->state == AGGD_C_MEMBER && h->type == AGGD_CONTRIB;
+  if (h->magic != AGGD_MAGIC || (h->kind != 0 && !contrib)) {
     drop(c, "wrong magic");
     return -1;
   }
-  if (c->state == AGGD_C_MEMBER && h->type == AGGD_CONTRIB) {
+  if (contrib) {
     if (aggdOnContribHeader(c) != 0) return -1;
     c->body = c->contrib;
   } else {

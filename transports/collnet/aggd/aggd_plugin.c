@@ -3,9 +3,28 @@
  * nonce), connect (derive the group key and id, connect to every daemon of COMM_AGGD and register, with a
  * timeout), regMr, close. The data path is aggd_client.c; the protocol aggd_proto.h.
  *
+ * Collectives: iallreduce, iallgather and ireducescatter, host memory, every type 0..11 with sum, prod, max,
+ * min; maxCollBytes (64 MiB) bounds an allreduce's bytes and an allgather's / reducescatter's window bytes.
+ * Windows (NCCL's contract, docs/COLLNET_ABI.md): the logical buffer is nranks x bytesPerRank, member r's
+ * slice at r * bytesPerRank; a call covers [windowOffset, +windowBytes), whose bytes are the parts' bytes in
+ * order (any number of parts, sizes summing to windowBytes).
+ *  - iallgather: parts receive the window of the concatenated slices. sendData points at this member's first
+ *    byte inside the window: slice byte max(windowOffset, r * bytesPerRank) - r * bytesPerRank (what NCCL
+ *    passes: its sendbuff advanced by windowOffset % bytesPerRank when the window starts in its own slice, else
+ *    the slice's start). Only the member's in-window bytes are read; it copies them into parts itself (nothing
+ *    when sendData already is their place in parts, in place). test's size: windowBytes.
+ *  - ireducescatter: parts hold the window of the member's nranks x bytesPerRank input; recvData receives the
+ *    reduction of its own slice's in-window bytes, recvData[0] being slice byte max(windowOffset, r *
+ *    bytesPerRank) - r * bytesPerRank (NCCL's recvbuff rule, the mirror of the above). bytesPerRank,
+ *    windowOffset and windowBytes must be whole elements. test's size: the bytes received.
+ *  libcomm (collnet_nccl.c) passes one part, windowOffset 0, windowBytes nranks x bytesPerRank.
+ *
  * Environment: COMM_AGGD (or NCCL_AGGD) = host:port,host:port,... the daemons, daemon i serving shard i, read
  * at init (and at connect if init did not see it); COMM_AGGD_TIMEOUT_MS (default 30000): connect's deadline,
- * and how long test() waits without any progress before failing.
+ * and how long test() waits without any progress before failing; COMM_AGGD_NO_GATHER=1 (any value but empty
+ * or 0): iallgather and ireducescatter are NULL in every table (for testing the caller's fallback). It is read
+ * when the library is loaded (before a caller reads the tables: libcomm's adapter reads them right after
+ * dlopen) and again at init (NCCL reads them after init); once off they stay off in the process.
  *
  * Not part of libcomm: its own library, built by tools/aggd/CMakeLists.txt (the top CMakeLists.txt keeps this
  * folder out of libcomm's sources; should it ever be compiled there, COMM_BUILDING_LIBRARY empties the file).
@@ -28,7 +47,6 @@
 #include "aggd_plugin.h"
 
 #define AGGD_EXPORT __attribute__((visibility("default")))
-#define AGGD_MAX_COLL_BYTES ((size_t)64 << 20)
 
 static ncclDebugLogger_t plugLogger;
 static pthread_mutex_t envLock = PTHREAD_MUTEX_INITIALIZER;
@@ -81,8 +99,11 @@ static void readEnv(void) {
   }
 }
 
+static void noGatherSwitch(void);
+
 static void initCommon(ncclDebugLogger_t logger) {
   if (logger) __atomic_store_n(&plugLogger, logger, __ATOMIC_RELEASE);
+  noGatherSwitch();
   pthread_mutex_lock(&envLock);
   readEnv();
   int n = ndaemons;
@@ -326,7 +347,7 @@ static int registerWith(aggdDaemon* d, int shard, int nshards, const uint8_t k[1
     if (h.type == AGGD_ACCEPT && h.len == 8) {
       d->window = aggdGet32(body);
       d->chunk = aggdGet32(body + 4);
-      if (d->window < 1 || d->chunk < 8 || d->chunk > AGGD_MAX_CHUNK) break;
+      if (d->window < 1 || d->chunk < 8 || d->chunk % 8 != 0 || d->chunk > AGGD_MAX_CHUNK) break;
       return 0;
     }
     if (h.type == AGGD_REFUSE) {
@@ -422,6 +443,7 @@ static ncclResult_t closeColl(void* collComm) {
   if (!cc) return ncclSuccess;
   pthread_mutex_lock(&cc->mu);
   aggdSayBye(cc);
+  aggdFreeReqs(cc);
   pthread_mutex_unlock(&cc->mu);
   freeColl(cc);
   return ncclSuccess;
@@ -461,28 +483,87 @@ static ncclResult_t iallreduceV8(void* collComm, void* sendData, void* recvData,
   return aggdIallreduce(collComm, sendData, recvData, (size_t)count, dataType, redOp, sendMhandle, recvMhandle,
                         request);
 }
+/* v9, v10 and v11 share the SGE (size_t sizes); v8's has uint32_t sizes. */
+static ncclResult_t iallgatherV9(void* collComm, void* sendData, int nRecvParts, ncclNetSGE_v9_t* recvParts,
+                                 size_t bytesPerRank, size_t windowOffset, size_t windowBytes, void* sendMhandle,
+                                 void** request) {
+  return aggdPostWindow(collComm, AGGD_K_ALLGATHER, sendData, nRecvParts, recvParts, 0, bytesPerRank, windowOffset,
+                        windowBytes, ncclInt8, ncclSum, request);
+}
+static ncclResult_t iallgatherV8(void* collComm, void* sendData, int nRecvParts, ncclNetSGE_v8_t* recvParts,
+                                 size_t bytesPerRank, size_t windowOffset, size_t windowBytes, void* sendMhandle,
+                                 void** request) {
+  return aggdPostWindow(collComm, AGGD_K_ALLGATHER, sendData, nRecvParts, recvParts, 1, bytesPerRank, windowOffset,
+                        windowBytes, ncclInt8, ncclSum, request);
+}
+static ncclResult_t ireducescatterV9(void* collComm, int nSendParts, ncclNetSGE_v9_t* sendParts, void* recvData,
+                                     size_t bytesPerRank, size_t windowOffset, size_t windowBytes,
+                                     ncclDataType_t dataType, ncclRedOp_t redOp, void* recvMhandle, void** request) {
+  return aggdPostWindow(collComm, AGGD_K_REDUCESCATTER, recvData, nSendParts, sendParts, 0, bytesPerRank, windowOffset,
+                        windowBytes, dataType, redOp, request);
+}
+static ncclResult_t ireducescatterV8(void* collComm, int nSendParts, ncclNetSGE_v8_t* sendParts, void* recvData,
+                                     size_t bytesPerRank, size_t windowOffset, size_t windowBytes,
+                                     ncclDataType_t dataType, ncclRedOp_t redOp, void* recvMhandle, void** request) {
+  return aggdPostWindow(collComm, AGGD_K_REDUCESCATTER, recvData, nSendParts, sendParts, 1, bytesPerRank, windowOffset,
+                        windowBytes, dataType, redOp, request);
+}
 
 /* The same functions in each version's table: v8-v10 init(logger) and listen without ctx, v8 an int count. */
-#define AGGD_COMMON_MEMBERS                                                                                     \
-  .name = "aggd", .devices = devices, .connect = connectColl, .reduceSupport = reduceSupport, .regMr = regMr,   \
-  .regMrDmaBuf = regMrDmaBuf, .deregMr = deregMr, .iallgather = NULL, .ireducescatter = NULL, .iflush = iflush, \
-  .test = aggdTest, .closeColl = closeColl, .closeListen = closeListen
+#define AGGD_COMMON_MEMBERS                                                                                   \
+  .name = "aggd", .devices = devices, .connect = connectColl, .reduceSupport = reduceSupport, .regMr = regMr, \
+  .regMrDmaBuf = regMrDmaBuf, .deregMr = deregMr, .iflush = iflush, .test = aggdTest, .closeColl = closeColl, \
+  .closeListen = closeListen
 AGGD_EXPORT ncclCollNet_v11_t ncclCollNetPlugin_v11 = {AGGD_COMMON_MEMBERS,
                                                        .init = initV11,
                                                        .getProperties = getPropertiesV11,
                                                        .listen = listenV11,
                                                        .iallreduce = aggdIallreduce,
+                                                       .iallgather = iallgatherV9,
+                                                       .ireducescatter = ireducescatterV9,
                                                        .makeVDevice = NULL,
                                                        .finalize = finalizeV11};
-AGGD_EXPORT ncclCollNet_v10_t ncclCollNetPlugin_v10 = {
-    AGGD_COMMON_MEMBERS,          .init = initV8,     .getProperties = getPropertiesV10, .listen = listenV8,
-    .iallreduce = aggdIallreduce, .makeVDevice = NULL};
-AGGD_EXPORT ncclCollNet_v9_t ncclCollNetPlugin_v9 = {
-    AGGD_COMMON_MEMBERS,          .init = initV8,     .getProperties = getPropertiesV9, .listen = listenV8,
-    .iallreduce = aggdIallreduce, .makeVDevice = NULL};
-AGGD_EXPORT ncclCollNet_v8_t ncclCollNetPlugin_v8 = {AGGD_COMMON_MEMBERS, .init = initV8,
-                                                     .getProperties = getPropertiesV8, .listen = listenV8,
-                                                     .iallreduce = iallreduceV8};
+AGGD_EXPORT ncclCollNet_v10_t ncclCollNetPlugin_v10 = {AGGD_COMMON_MEMBERS,
+                                                       .init = initV8,
+                                                       .getProperties = getPropertiesV10,
+                                                       .listen = listenV8,
+                                                       .iallreduce = aggdIallreduce,
+                                                       .iallgather = iallgatherV9,
+                                                       .ireducescatter = ireducescatterV9,
+                                                       .makeVDevice = NULL};
+AGGD_EXPORT ncclCollNet_v9_t ncclCollNetPlugin_v9 = {AGGD_COMMON_MEMBERS,
+                                                     .init = initV8,
+                                                     .getProperties = getPropertiesV9,
+                                                     .listen = listenV8,
+                                                     .iallreduce = aggdIallreduce,
+                                                     .iallgather = iallgatherV9,
+                                                     .ireducescatter = ireducescatterV9,
+                                                     .makeVDevice = NULL};
+AGGD_EXPORT ncclCollNet_v8_t ncclCollNetPlugin_v8 = {AGGD_COMMON_MEMBERS,
+                                                     .init = initV8,
+                                                     .getProperties = getPropertiesV8,
+                                                     .listen = listenV8,
+                                                     .iallreduce = iallreduceV8,
+                                                     .iallgather = iallgatherV8,
+                                                     .ireducescatter = ireducescatterV8};
+
+/* COMM_AGGD_NO_GATHER: iallgather and ireducescatter NULL in every table (never back on in this process). */
+static void noGatherSwitch(void) {
+  const char* v = getenv("COMM_AGGD_NO_GATHER");
+  if (!v || !*v || !strcmp(v, "0")) return;
+  if (__atomic_load_n(&ncclCollNetPlugin_v11.iallgather, __ATOMIC_ACQUIRE) != NULL)
+    AGGD_INFO("aggd: COMM_AGGD_NO_GATHER=%s: iallgather and ireducescatter not offered", v);
+  __atomic_store_n(&ncclCollNetPlugin_v11.iallgather, NULL, __ATOMIC_RELEASE);
+  __atomic_store_n(&ncclCollNetPlugin_v11.ireducescatter, NULL, __ATOMIC_RELEASE);
+  __atomic_store_n(&ncclCollNetPlugin_v10.iallgather, NULL, __ATOMIC_RELEASE);
+  __atomic_store_n(&ncclCollNetPlugin_v10.ireducescatter, NULL, __ATOMIC_RELEASE);
+  __atomic_store_n(&ncclCollNetPlugin_v9.iallgather, NULL, __ATOMIC_RELEASE);
+  __atomic_store_n(&ncclCollNetPlugin_v9.ireducescatter, NULL, __ATOMIC_RELEASE);
+  __atomic_store_n(&ncclCollNetPlugin_v8.iallgather, NULL, __ATOMIC_RELEASE);
+  __atomic_store_n(&ncclCollNetPlugin_v8.ireducescatter, NULL, __ATOMIC_RELEASE);
+}
+/* At load (dlopen), before anyone reads the tables. */
+__attribute__((constructor)) static void aggdPluginLoaded(void) { noGatherSwitch(); }
 
 #else
 typedef int commAggdPluginNotInLibcomm; /* built only as its own library (tools/aggd/CMakeLists.txt) */

@@ -23,17 +23,37 @@
  *                               then creates the group and keeps K for its life
  *   daemon -> member  ACCEPT   body {window u32, chunk u32}: registered; the member's credits (below)
  *   daemon -> member  REFUSE   arg = AGGD_E_*, body = a message for the log; the daemon closes
- *   member -> daemon  CONTRIB  seq = k (this member's k-th contribution to this daemon), arg = datatype |
- *                               op << 8, body = len payload bytes (1 <= len <= chunk, whole elements)
- *   daemon -> member  RESULT   seq = k, body = the reduction of the members' k-th payloads, in member order
- *                               (acc = m0 op m1 op ... op m(n-1)), the same bytes for everyone
+ *   member -> daemon  CONTRIB  seq = k (this member's k-th contribution to this daemon), header kind = AGGD_K_*,
+ *                               arg = datatype | op << 8 (allgather: 0), body = len payload bytes (len <= chunk;
+ *                               allreduce: 1 <= len, whole elements; allgather / reducescatter: the length WINDOWS
+ *                               gives for this round and member, 0 allowed for allgather)
+ *   daemon -> member  RESULT   seq = k, body = allreduce: the reduction of the members' k-th payloads, in member
+ *                               order (acc = m0 op m1 op ... op m(n-1)), the same bytes for everyone; allgather: the
+ *                               other members' k-th payloads, concatenated in member order (its own left out);
+ *                               reducescatter: of the reduction (as allreduce's), only the bytes of the receiving
+ *                               member's slice (often none: an empty RESULT, which still returns the credit)
  *   daemon -> member  ERROR    arg = AGGD_E_*, body = why (the group failed: a member died, timed out, ...);
  *                               the daemon then closes
+ *   member -> daemon  OP       body aggdOp {kind, dtype, op, 0, bytesPerRank, windowOffset, windowBytes}: announces
+ *                               this member's next allgather / reducescatter on this daemon (WINDOWS below); sent
+ *                               just before its first CONTRIB, only to daemons whose shard of the window is not empty
  *   member -> daemon  BYE      (no body): leaving the group cleanly (closeColl)
  *   anyone -> daemon  STATS    (no body, instead of REGISTER): the daemon answers STATS with one text line
  *                               "key=value ..." (AGGD_STAT_* names; memory, groups, refusals) and closes
- * Every member of a group contributes to op k of a daemon the same len, datatype and op (the plugin cuts
- * operations the same way on every member); a mismatch fails the group.
+ * Every member of a group contributes to op k of a daemon the same kind, datatype and op, and the same len
+ * (allreduce, reducescatter) or the same OP and round (allgather, reducescatter); a mismatch fails the group.
+ *
+ * WINDOWS (allgather, reducescatter; NCCL's iallgather / ireducescatter). The logical buffer is nranks slices
+ * of bytesPerRank; an operation covers its window [windowOffset, +windowBytes). Slice s's bytes inside the
+ * window (its piece) are cut over the D daemons as aggdShard cuts a buffer (bytes for allgather, elements for
+ * reducescatter): daemon i holds shard i of every slice's piece. On daemon i:
+ *   allgather      member m contributes its own shard, in rounds of `chunk` bytes: round j carries bytes
+ *                  [j*chunk, +chunk) of it (possibly none); rounds = the longest member shard / chunk, rounded up.
+ *                  Member r receives the other members' round-j bytes; its own it copies itself.
+ *   reducescatter  every member contributes the same stream: the shards of slices 0..n-1, concatenated, cut in
+ *                  rounds of `chunk` bytes (whole elements: chunk % 8 == 0). The daemon reduces round j as an
+ *                  allreduce and sends member r the bytes of the round that belong to slice r.
+ * aggdWinInit computes the layout from the OP fields and the group (nranks, D, i, chunk), the same on both ends.
  *
  * CREDITS. ACCEPT grants `window` operations and `chunk` bytes: a member may have at most `window`
  * contributions whose results it has not received yet, each at most `chunk` bytes. A result returns one
@@ -57,8 +77,7 @@
  * members and daemons (they see G, K and the data in clear), and a malicious member of a group (it can
  * corrupt its own group's results). The STATS query is unauthenticated and shows only aggregate numbers.
  *
- * NOT DONE. iallgather and ireducescatter are not offered (NULL in the plugin's tables); only allreduce
- * with sum, prod, max, min on host memory. */
+ * NOT DONE. Host memory only; sum, prod, max, min (avg and user ops are never offloaded by NCCL). */
 #ifndef COMM_AGGD_PROTO_H_
 #define COMM_AGGD_PROTO_H_
 
@@ -68,8 +87,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#define AGGD_MAGIC 0x44474741u /* "AGGD" little-endian */
-#define AGGD_VERSION 1u
+#define AGGD_MAGIC 0x44474741u        /* "AGGD" little-endian */
+#define AGGD_VERSION 2u               /* 2: allgather and reducescatter (OP, CONTRIB kind) */
 #define AGGD_HANDLE_MAGIC 0x31484741u /* "AGH1" */
 #define AGGD_HDR_BYTES 24
 #define AGGD_MAX_CTRL 1024 /* largest control body */
@@ -88,8 +107,12 @@ enum {
   AGGD_RESULT = 8,
   AGGD_ERROR = 9,
   AGGD_BYE = 10,
-  AGGD_STATS = 11
+  AGGD_STATS = 11,
+  AGGD_OP = 12
 };
+
+/* Operation kinds (CONTRIB header's kind, OP's kind). */
+enum { AGGD_K_ALLREDUCE = 0, AGGD_K_ALLGATHER = 1, AGGD_K_REDUCESCATTER = 2 };
 
 /* Refusal and error codes (REFUSE / ERROR arg). */
 enum {
@@ -115,8 +138,8 @@ typedef struct {
 typedef struct {
   uint32_t magic;
   uint16_t type;
-  uint16_t flags; /* 0 */
-  uint32_t len;   /* body bytes after the header */
+  uint16_t kind; /* CONTRIB: AGGD_K_*; 0 on every other message */
+  uint32_t len;  /* body bytes after the header */
   uint32_t arg;
   uint64_t seq;
 } aggdHdr;
@@ -139,6 +162,8 @@ typedef struct {
 #define AGGD_STAT_FAILED "groups_failed" /* groups failed (a member died, timed out, misbehaved) */
 #define AGGD_STAT_AUTH "refused_auth"
 #define AGGD_STAT_MEMREF "refused_mem"
+#define AGGD_STAT_AG "rounds_allgather"     /* allgather rounds served */
+#define AGGD_STAT_RS "rounds_reducescatter" /* reducescatter rounds served */
 
 /* ---------------------------------------------------------------- little-endian helpers */
 static inline void aggdPut32(uint8_t* p, uint32_t v) {
@@ -158,19 +183,23 @@ static inline uint64_t aggdGet64(const uint8_t* p) {
   return v;
 }
 
-static inline void aggdHdrPack(uint8_t* p, uint16_t type, uint32_t len, uint32_t arg, uint64_t seq) {
+static inline void aggdHdrPackKind(uint8_t* p, uint16_t type, uint16_t kind, uint32_t len, uint32_t arg, uint64_t seq) {
   aggdPut32(p, AGGD_MAGIC);
   p[4] = (uint8_t)type;
   p[5] = (uint8_t)(type >> 8);
-  p[6] = p[7] = 0;
+  p[6] = (uint8_t)kind;
+  p[7] = (uint8_t)(kind >> 8);
   aggdPut32(p + 8, len);
   aggdPut32(p + 12, arg);
   aggdPut64(p + 16, seq);
 }
+static inline void aggdHdrPack(uint8_t* p, uint16_t type, uint32_t len, uint32_t arg, uint64_t seq) {
+  aggdHdrPackKind(p, type, 0, len, arg, seq);
+}
 static inline void aggdHdrUnpack(const uint8_t* p, aggdHdr* h) {
   h->magic = aggdGet32(p);
   h->type = (uint16_t)(p[4] | (p[5] << 8));
-  h->flags = (uint16_t)(p[6] | (p[7] << 8));
+  h->kind = (uint16_t)(p[6] | (p[7] << 8));
   h->len = aggdGet32(p + 8);
   h->arg = aggdGet32(p + 12);
   h->seq = aggdGet64(p + 16);
@@ -220,6 +249,129 @@ static inline void aggdShard(size_t count, int n, int i, size_t* first, size_t* 
 static inline size_t aggdTypeSize(int t) {
   static const unsigned char sz[12] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
   return (t >= 0 && t < 12) ? sz[t] : 0;
+}
+
+/* ---------------------------------------------------------------- windows: allgather and reducescatter */
+#define AGGD_OP_BYTES 40 /* kind 4 | dtype 4 | op 4 | 0 4 | bytesPerRank 8 | windowOffset 8 | windowBytes 8 */
+typedef struct {
+  /* OP's fields */
+  uint32_t kind, dtype, op; /* allgather: dtype = op = 0 */
+  uint64_t bpr, wo, wb;     /* bytesPerRank, windowOffset, windowBytes */
+  /* the group's, and what aggdWinInit derives */
+  uint32_t nranks, nshards, shard, chunk;
+  uint64_t esize;               /* allgather: 1 */
+  uint64_t s0, s1;              /* the slices the window touches */
+  uint64_t lFirst, lMid, lLast; /* shard bytes on this daemon of slice s0, of any slice between, of slice s1 */
+  uint64_t total;               /* reducescatter: the stream's bytes on this daemon */
+  uint64_t rounds;
+} aggdWin;
+
+static inline void aggdOpPack(uint8_t* p, const aggdWin* w) {
+  aggdPut32(p, w->kind);
+  aggdPut32(p + 4, w->dtype);
+  aggdPut32(p + 8, w->op);
+  aggdPut32(p + 12, 0);
+  aggdPut64(p + 16, w->bpr);
+  aggdPut64(p + 24, w->wo);
+  aggdPut64(p + 32, w->wb);
+}
+static inline int aggdOpUnpack(const uint8_t* p, aggdWin* w) {
+  memset(w, 0, sizeof(*w));
+  w->kind = aggdGet32(p);
+  w->dtype = aggdGet32(p + 4);
+  w->op = aggdGet32(p + 8);
+  w->bpr = aggdGet64(p + 16);
+  w->wo = aggdGet64(p + 24);
+  w->wb = aggdGet64(p + 32);
+  return aggdGet32(p + 12) == 0 ? 0 : -1;
+}
+
+/* Slice s's piece of the window starts at byte *a of the slice; its shard on this daemon is *len bytes at byte
+ * *f of the piece (all 0 when the window misses slice s). */
+static inline void aggdWinSlice(const aggdWin* w, uint64_t s, uint64_t* a, uint64_t* f, uint64_t* len) {
+  *a = *f = *len = 0;
+  if (w->wb == 0 || s < w->s0 || s > w->s1) return;
+  uint64_t lo = s * w->bpr, hi = lo + w->bpr, end = w->wo + w->wb;
+  uint64_t beg = w->wo > lo ? w->wo : lo;
+  if (end > hi) end = hi;
+  size_t first, num;
+  aggdShard((size_t)((end - beg) / w->esize), (int)w->nshards, (int)w->shard, &first, &num);
+  *a = beg - lo;
+  *f = (uint64_t)first * w->esize;
+  *len = (uint64_t)num * w->esize;
+}
+
+/* Checks OP's fields against the group and derives the layout on daemon `shard` of `nshards`: 0, or -1 when they
+ * are malformed (unknown kind, type or op, a window outside nranks x bytesPerRank, not whole elements). */
+static inline int aggdWinInit(aggdWin* w, uint32_t nranks, uint32_t nshards, uint32_t shard, uint32_t chunk) {
+  w->nranks = nranks;
+  w->nshards = nshards;
+  w->shard = shard;
+  w->chunk = chunk;
+  if (w->kind == AGGD_K_ALLGATHER) {
+    if (w->dtype != 0 || w->op != 0) return -1;
+    w->esize = 1;
+  } else if (w->kind == AGGD_K_REDUCESCATTER) {
+    w->esize = aggdTypeSize((int)w->dtype);
+    if (w->esize == 0 || w->op > 3) return -1;
+  } else {
+    return -1;
+  }
+  if (nranks < 1 || nshards < 1 || shard >= nshards || chunk < 8 || chunk % 8 != 0) return -1;
+  if (w->bpr == 0 || w->bpr > UINT64_MAX / nranks) return -1;
+  uint64_t all = w->bpr * nranks;
+  if (w->wo > all || w->wb > all - w->wo) return -1;
+  if (w->bpr % w->esize != 0 || w->wo % w->esize != 0 || w->wb % w->esize != 0) return -1;
+  w->lFirst = w->lMid = w->lLast = w->total = w->rounds = 0;
+  w->s0 = 1;
+  w->s1 = 0;
+  if (w->wb == 0) return 0;
+  w->s0 = w->wo / w->bpr;
+  w->s1 = (w->wo + w->wb - 1) / w->bpr;
+  uint64_t a, f;
+  aggdWinSlice(w, w->s0, &a, &f, &w->lFirst);
+  w->lLast = w->lFirst;
+  if (w->s1 > w->s0) aggdWinSlice(w, w->s1, &a, &f, &w->lLast);
+  if (w->s1 > w->s0 + 1) aggdWinSlice(w, w->s0 + 1, &a, &f, &w->lMid);
+  uint64_t most = w->lFirst > w->lMid ? w->lFirst : w->lMid;
+  if (w->lLast > most) most = w->lLast;
+  w->total = w->s1 > w->s0 ? w->lFirst + (w->s1 - w->s0 - 1) * w->lMid + w->lLast : w->lFirst;
+  uint64_t bytes = w->kind == AGGD_K_ALLGATHER ? most : w->total;
+  w->rounds = (bytes + chunk - 1) / chunk;
+  return 0;
+}
+
+/* Reducescatter: where slice s's shard starts in the stream (slices s0 .. s-1 before it). */
+static inline uint64_t aggdWinStreamOff(const aggdWin* w, uint64_t s) {
+  if (w->wb == 0 || s <= w->s0) return 0;
+  if (s > w->s1) return w->total;
+  return w->lFirst + (s - w->s0 - 1) * w->lMid;
+}
+/* Reducescatter: the slice whose shard holds stream byte x (x < total). */
+static inline uint64_t aggdWinSliceAt(const aggdWin* w, uint64_t x) {
+  if (x < w->lFirst || w->s1 == w->s0) return w->s0;
+  x -= w->lFirst;
+  if (w->lMid > 0 && x < (w->s1 - w->s0 - 1) * w->lMid) return w->s0 + 1 + x / w->lMid;
+  return w->s1;
+}
+/* Allgather: member m's bytes in round j (from byte j * chunk of its shard). Reducescatter: round j's bytes. */
+static inline uint64_t aggdWinRoundLen(const aggdWin* w, uint64_t j, uint64_t m) {
+  uint64_t have = w->total, a, f, at = j * w->chunk;
+  if (w->kind == AGGD_K_ALLGATHER) aggdWinSlice(w, m, &a, &f, &have);
+  if (have <= at) return 0;
+  return have - at < w->chunk ? have - at : w->chunk;
+}
+/* Reducescatter: member m's part of round j: *len bytes at byte *off of the round, byte *at of m's shard. */
+static inline void aggdWinRsPart(const aggdWin* w, uint64_t j, uint64_t m, uint64_t* off, uint64_t* at, uint64_t* len) {
+  uint64_t a, f, l;
+  aggdWinSlice(w, m, &a, &f, &l);
+  uint64_t s = aggdWinStreamOff(w, m), lo = j * w->chunk, hi = lo + aggdWinRoundLen(w, j, 0);
+  uint64_t b = s > lo ? s : lo, e = s + l < hi ? s + l : hi;
+  *off = *at = *len = 0;
+  if (l == 0 || b >= e) return;
+  *off = b - lo;
+  *at = b - s;
+  *len = e - b;
 }
 
 /* ---------------------------------------------------------------- SipHash-2-4, 128-bit output, streaming */
