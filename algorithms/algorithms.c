@@ -15,7 +15,9 @@ commSchedBuilder_t commAlgoBuilder(int algo, commFunc_t func) {
     case commAlgoPat: return func == commFuncAllGather || func == commFuncReduceScatter ? commPatBuild : NULL;
     case commAlgoOneShot: return func == commFuncAllReduce ? commOneShotBuild : NULL;
     case commAlgoPairwise: return func == commFuncAllToAll ? commAllToAllBuild : NULL;
-    case commAlgoCollNet: return func == commFuncAllReduce ? commCollNetBuild : NULL;
+    case commAlgoCollNet:
+      return func == commFuncAllReduce || func == commFuncAllGather || func == commFuncReduceScatter ? commCollNetBuild
+                                                                                                     : NULL;
     default: return NULL;
   }
 }

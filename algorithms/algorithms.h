@@ -21,9 +21,10 @@ commResult_t commOneShotBuild(const commCollArgs* args, commSchedule* out);
 commResult_t commTreeBuild(const commCollArgs* args, commSchedule* out);
 /* algorithms/colltree.c: hierarchical allreduce, reduce and broadcast over args->nodeOf. */
 commResult_t commCollTreeBuild(const commCollArgs* args, commSchedule* out);
-/* algorithms/colltree.c: CollTree allreduce whose inter-node stage is the network's reduction (the schedule
- * peer COMM_PEER_COLLNET), for commAlgoCollNet; and the member of each node in channel ch's collnet group
- * (members[v] for each node v: the leader that schedule gives it), which init forms the groups from. */
+/* algorithms/collnet.c: commAlgoCollNet, collectives whose inter-node part the network does (the schedule peer
+ * COMM_PEER_COLLNET): allreduce (CollTree with the collnet stage), allgather and reducescatter (the network's
+ * gather and scatter; nodes of one size). algorithms/colltree.c: the member of each node in channel ch's
+ * collnet group (members[v] for each node v: the leader CollTree gives it), which init forms the groups from. */
 commResult_t commCollNetBuild(const commCollArgs* args, commSchedule* out);
 commResult_t commCollNetMembers(const commCollArgs* args, int ch, int* members);
 /* algorithms/pat.c: Bruck-style allgather and reducescatter, log2(n) steps, bounded scratch. */

@@ -92,7 +92,8 @@
  * when the communicator offers collnet. The intra-node stage, the leaders and the chunking stay as they are.
  *
  * Special cases: one rank: a COPY in -> out per channel part (PRE|POST for reductions); count 0: channels
- * without steps. Other collectives (allgather, ...) are refused with commInvalidArgument. */
+ * without steps. Other collectives (allgather, ...) are refused with commInvalidArgument. commAlgoCollNet's
+ * allreduce is this builder with args->interCollNet (algorithms/collnet.c). */
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
@@ -471,16 +472,6 @@ static commResult_t chanSteps(ctChan* c, const ctInterStage* stage, size_t base,
     }
   }
   return commSuccess;
-}
-
-commResult_t commCollNetBuild(const commCollArgs* a, commSchedule* out) {
-  if (a == NULL || a->func != commFuncAllReduce) {
-    WARN("commCollNetBuild: only allreduce runs over collnet (%s)", a ? commFuncName(a->func) : "NULL");
-    return commInvalidArgument;
-  }
-  commCollArgs b = *a;
-  b.interCollNet = 1;
-  return commCollTreeBuild(&b, out);
 }
 
 commResult_t commCollNetMembers(const commCollArgs* a, int ch, int* members) {

@@ -52,6 +52,10 @@ typedef struct {
   int devOn;                       /* device buffers have groups of their own too (GPU-bound ranks) */
   double latencyUs;                /* one network reduction, as the plugin says (the most any rank's says) */
   uint8_t opsOfType[commNumTypes]; /* bit op (commSum..commMin): every member's network reduces type with op */
+  uint8_t allGather;               /* every member's plugin offers iallgather ... */
+  uint8_t reduceScatter;           /* ... ireducescatter */
+  uint8_t uniformNodes;            /* every node has as many ranks (the network's gather and scatter need it) */
+  size_t maxCollBytes;             /* the largest network operation every member's plugin takes */
   char plugin[64];                 /* the plugin's name, for logs */
   char why[320];                   /* collnet off: why (COMM_COLLNET_ENABLE unset, one node, a member failed ...) */
 } commCollNetInfo;

@@ -6,6 +6,19 @@
 
 #include <stdint.h>
 
+/* The collectives (the schedule layer names them; the signature carries them, and the collnet transport maps a
+ * slot's to the network's operation). */
+typedef enum {
+  commFuncAllReduce = 0,
+  commFuncBroadcast,
+  commFuncReduce,
+  commFuncAllGather,
+  commFuncReduceScatter,
+  commFuncAllToAll,
+  commFuncSendRecv, /* a batch of grouped point-to-point operations */
+  commNumFuncs
+} commFunc_t;
+
 /* Every FIFO slot the host executor fills starts with the signature of the operation it belongs to; the
  * receiver checks it before it reads a byte of the payload, so ranks that called different operations (or
  * the same one with another root, op, type, count, or out of turn) fail with a WARN naming both calls instead

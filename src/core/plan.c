@@ -83,7 +83,7 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
   commTuneChoice choice;
   if (plan->onDevice) COMMCHECKGOTO(commTuneChooseDevice(comm, t->func, t->count, plan->eltSize, &choice), res, fail);
   else COMMCHECKGOTO(commTuneChoose(comm, t->func, t->count, plan->eltSize, &choice), res, fail);
-  commTuneCollNetCheck(comm, t->dtype, &plan->redop, plan->onDevice, &choice);
+  commTuneCollNetCheck(comm, t->func, t->dtype, &plan->redop, plan->onDevice, &choice);
   plan->repeatable = choice.repeatable;
   commCollArgs args;
   memset(&args, 0, sizeof(args));
@@ -108,6 +108,9 @@ static commResult_t buildCollPlan(commComm* comm, const commTask* t, commPlan** 
   if (args.chunkElems > fifoHalf) args.chunkElems = fifoHalf;
   if (!plan->onDevice && args.chunkElems > slotElems) args.chunkElems -= args.chunkElems % slotElems; /* whole slots */
   if (args.chunkElems < 1) args.chunkElems = 1;
+  args.pieceElems = slotElems;
+  if (choice.algo == commAlgoCollNet && comm->collnet.maxCollBytes / plan->eltSize < args.pieceElems)
+    args.pieceElems = comm->collnet.maxCollBytes / plan->eltSize; /* one network operation per slot at most */
   for (int c = 0; c < args.nChannels; c++) {
     COMMCHECKGOTO(commChannelEnsure(comm, c), res, fail);
     args.ringRanks[c] = comm->channels[c].ringRanks;

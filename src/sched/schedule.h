@@ -8,17 +8,9 @@
 #include <string.h>
 #include "comm.h"
 #include "comm_limits.h"
+#include "op_sig.h"
 
-typedef enum {
-  commFuncAllReduce = 0,
-  commFuncBroadcast,
-  commFuncReduce,
-  commFuncAllGather,
-  commFuncReduceScatter,
-  commFuncAllToAll,
-  commFuncSendRecv, /* a batch of grouped point-to-point operations */
-  commNumFuncs
-} commFunc_t;
+/* commFunc_t, the collectives, is defined with the slot signature that names them (src/base/op_sig.h). */
 const char* commFuncName(commFunc_t f);
 /* The bytes an operation moves as the tuner prices it: count elements, times nRanks for allgather,
  * reducescatter and alltoall (whose count is per rank). The one place this is computed. */
@@ -142,8 +134,10 @@ typedef struct {
    * own (nNodes == nRanks). Ranks of a node need not be contiguous. */
   int nNodes;
   const int* nodeOf;
-  int proto;        /* commProto_t the schedule is built for (the host executor runs all the same way) */
-  int interCollNet; /* CollTree: the reduction between nodes is the network's (COMM_PEER_COLLNET, commAlgoCollNet) */
+  int proto;         /* commProto_t the schedule is built for (the host executor runs all the same way) */
+  int interCollNet;  /* CollTree: the reduction between nodes is the network's (COMM_PEER_COLLNET, commAlgoCollNet) */
+  size_t pieceElems; /* most elements one FIFO slot (and, for collnet, one network operation) carries; 0: unknown.
+                        commAlgoCollNet's allgather/reducescatter fit each network operation in one slot */
 } commCollArgs;
 
 /* Protocols: how a connection moves data. LL (low latency) favours small messages: small steps, data and

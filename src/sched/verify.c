@@ -509,6 +509,7 @@ static void simFree(vctx* v) {
   free(v->conns);
   vcnFree(v);
   vlFree(&v->tNet);
+  vlFree(&v->tSlice);
   free(v->htab);
   free(v->hkeys);
   vlFree(&v->tRead);
@@ -601,6 +602,8 @@ commResult_t commVerifyColl(const commCollArgs* args, commSchedBuilder_t build, 
   commResult_t res = simInit(&v, args->nRanks, isReductionFunc && args->isReduction, fifoElems, pieceElems,
                              args->eltSize);
   if (res != commSuccess) goto exit;
+  v.cnFunc = args->func;
+  v.nodeOf = args->nodeOf;
   for (int r = 0; r < args->nRanks; r++) {
     commCollArgs a = *args;
     a.rank = r;

@@ -32,6 +32,9 @@ static int stepNamesNet(const commStep* st) {
 
 static vchan* chanOf(const vctx* v, int r, int ch) { return &v->chans[(size_t)r * COMM_MAX_CHANNELS + ch]; }
 
+/* Ordering key of rank r: its node, then r. */
+static long long nodeKey(const vctx* v, int r) { return (long long)(v->nodeOf ? v->nodeOf[r] : r) * v->nRanks + r; }
+
 commResult_t vcnSetup(vctx* v) {
   int counts[COMM_MAX_CHANNELS] = {0};
   int any = 0;
@@ -63,6 +66,18 @@ commResult_t vcnSetup(vctx* v) {
   for (int r = 0; r < v->nRanks; r++)
     for (int ch = 0; ch < v->sched[r].nChannels; ch++)
       if (chanOf(v, r, ch)->cnMember >= 0) v->cn[ch].m[chanOf(v, r, ch)->cnMember].rank = r;
+  /* Members in the order of their nodes (the plugin's member index: where allgather puts a member's piece,
+   * which part of a reducescatter it receives), ranks of one node in rank order. */
+  for (int ch = 0; ch < COMM_MAX_CHANNELS; ch++) {
+    vcollnet* g = &v->cn[ch];
+    for (int i = 1; i < g->nMembers; i++)
+      for (int j = i; j > 0 && nodeKey(v, g->m[j].rank) < nodeKey(v, g->m[j - 1].rank); j--) {
+        vcnMember t = g->m[j];
+        g->m[j] = g->m[j - 1];
+        g->m[j - 1] = t;
+      }
+    for (int i = 0; i < g->nMembers; i++) chanOf(v, g->m[i].rank, ch)->cnMember = i;
+  }
   return commSuccess;
 }
 
@@ -89,15 +104,27 @@ static commResult_t post(vctx* v, int ch, vcollnet* g, int mi) {
     size_t k = m->posted;
     const vlist* val = &m->in[m->inHead];
     size_t size = m->inSizes[m->inHead];
+    int gather = v->cnFunc == commFuncAllGather;
     if (k == g->end) {
       if (g->end - g->base == g->cap) COMMCHECK(piecesGrow(g));
       vcnPiece* p = &g->pieces[k % g->cap];
-      COMMCHECK(vlCopy(v, &p->val, val));
+      p->val.n = 0;
+      if (gather) COMMCHECK(vlWrite(v, &p->val, (size_t)mi * size, size, val));
+      else COMMCHECK(vlCopy(v, &p->val, val));
       p->size = size;
       p->nPosted = 1;
       p->nRecv = 0;
       p->firstRank = m->rank;
       g->end++;
+    } else if (gather) {
+      vcnPiece* p = &g->pieces[k % g->cap];
+      if (p->size != size)
+        return verr(v,
+                    "collnet piece %zu on channel %d: rank %d contributes %zu elements, rank %d contributed %zu (piece "
+                    "sizes differ between members)",
+                    k, ch, m->rank, size, p->firstRank, p->size);
+      COMMCHECK(vlWrite(v, &p->val, (size_t)mi * size, size, val));
+      p->nPosted++;
     } else {
       vcnPiece* p = &g->pieces[k % g->cap];
       if (p->size != size)
@@ -146,9 +173,20 @@ commResult_t vcnHead(vctx* v, int ch, const vchan* c, size_t expect, const vlist
   vcollnet* g = &v->cn[ch];
   size_t k = g->m[c->cnMember].recvd;
   vcnPiece* p = &g->pieces[k % g->cap];
-  if (p->size != expect)
-    return verr(v, "expects a piece of %zu elements from collnet, piece %zu of channel %d has %zu (send/recv mismatch)",
-                expect, k, ch, p->size);
+  size_t V = (size_t)g->nMembers;
+  size_t has = v->cnFunc == commFuncAllGather       ? p->size * V
+               : v->cnFunc == commFuncReduceScatter ? (p->size % V == 0 ? p->size / V : 0)
+                                                    : p->size;
+  if (has != expect)
+    return verr(v,
+                "expects a piece of %zu elements from collnet, piece %zu of channel %d gives %zu (%s of %zu per member "
+                "over %zu members: send/recv mismatch)",
+                expect, k, ch, has, commFuncName((commFunc_t)v->cnFunc), p->size, V);
+  if (v->cnFunc == commFuncReduceScatter) { /* the member's part of the reduction */
+    COMMCHECK(vlRead(v, &p->val, (size_t)c->cnMember * has, (size_t)(c->cnMember + 1) * has, &v->tSlice));
+    *val = &v->tSlice;
+    return commSuccess;
+  }
   *val = &p->val;
   return commSuccess;
 }

@@ -43,11 +43,12 @@ typedef struct {
   int cnMember;     /* index in this channel's collnet group; -1 when not a member */
 } vchan;
 
-/* CollNet (verify_collnet.c): per channel, the group of ranks whose schedule names COMM_PEER_COLLNET there.
- * A member's sends go piece by piece into its inbound queue (nSlots pieces); the head of the queue is posted
- * to the network while the member has fewer than nSlots pieces posted and not yet received. Posting piece k
- * folds it into the group's piece k; piece k completes when every member posted its k-th piece, and then
- * every member's k-th receive takes it. */
+/* CollNet (verify_collnet.c): per channel, the group of ranks whose schedule names COMM_PEER_COLLNET there, in
+ * the order of their nodes. A member's sends go piece by piece into its inbound queue (nSlots pieces); the head
+ * of the queue is posted to the network while the member has fewer than nSlots pieces posted and not yet
+ * received. Posting piece k folds it into the group's piece k (allreduce, reducescatter: reduced into it;
+ * allgather: placed at member index x size); piece k completes when every member posted its k-th piece, and
+ * then every member's k-th receive takes it (reducescatter: the member's part of it). */
 typedef struct {
   vlist val;          /* the reduction of the pieces posted so far */
   size_t size;        /* elements (the first poster's) */
@@ -94,7 +95,9 @@ typedef struct {
   uint64_t* expBits; /* nw */
   size_t* bytesSent; /* per rank */
   vcollnet* cn;      /* [COMM_MAX_CHANNELS]; NULL when no schedule names COMM_PEER_COLLNET */
-  vlist tNet;
+  int cnFunc;        /* what the network does with the pieces: commFuncAllReduce, AllGather or ReduceScatter */
+  const int* nodeOf; /* the members' order in a group is their nodes' (NULL: ranks are nodes) */
+  vlist tNet, tSlice;
   /* error context */
   int curRank, curCh, curStep;
   char note[128]; /* appended to errors when set (what the network was doing) */

@@ -233,7 +233,24 @@ static void costCollTree(const commTuneModel* m, const modelShape* s, commFunc_t
 static void costCollNet(const commTuneModel* m, const modelShape* s, commFunc_t func, double B, int nChannels,
                         algoCost* c) {
   const int L = s->L, intra = s->intra, inter = s->inter;
-  (void)func;
+  if (func == commFuncAllGather || func == commFuncReduceScatter) {
+    /* algorithms/collnet.c: a chain through the node's ranks (the gathered result down it, the partials up it),
+     * one hop between the leader and each rank the other way, one hop to the network and back; each network
+     * operation carries one slot: every node's piece of one chunk. A node's NICs carry B one way (the result
+     * of the gather in, the partials of the scatter out), as the ring's; the gain is the hops. */
+    double op = m->collnetOpBytes ? (double)m->collnetOpBytes : (double)m->fifoChunkBytes;
+    c->chunk = minD(c->chunk, op);
+    c->chunk = minD(c->chunk, B / nChannels > 1 ? B / nChannels : 1);
+    int local = L > 1 ? L : 0;
+    c->stages[intra] = c->fillStages[intra] = local;
+    c->stages[inter] += 2.0;
+    c->fillStages[inter] += 2.0;
+    c->fixedUs = m->collnetAggUs > 0 ? m->collnetAggUs : m->k.link[inter].latUs;
+    if (local > 0) c->bytes[intra] = B;
+    c->bytes[inter] = perNic(m, B, minD(nChannels, L));
+    c->reduced = func == commFuncReduceScatter && L > 1 ? B : 0;
+    return;
+  }
   c->chunk = minD(c->chunk, B / nChannels > 1 ? B / nChannels : 1);
   double chunksPerChannel = ceil(B / nChannels / c->chunk);
   int localStages = L <= 1 ? 0 : (L - 1 <= chunksPerChannel + commBitTreeDepth(L)) ? L - 1 : commBitTreeDepth(L);
@@ -308,6 +325,7 @@ static int describe(const commTuneModel* m, commFunc_t func, int algo, double B,
   if (commAlgoBuilder(algo, func) == NULL) return 0;
   if (algo == commAlgoOneShot && s.n > COMM_ONESHOT_MAX_RANKS) return 0;
   if (algo == commAlgoCollNet && (m->collnetChannels < 1 || !s.multi)) return 0;
+  if (algo == commAlgoCollNet && func != commFuncAllReduce && !(m->collnetFuncs >> func & 1u)) return 0;
   if (s.n == 1) return 1; /* a local copy: the call's fixed cost */
   switch (algo) {
     case commAlgoRing: costRing(m, &s, func, B, nChannels, c); return 1;

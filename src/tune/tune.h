@@ -62,6 +62,8 @@ typedef struct {
                               cores, every rank's copies and reductions share them. */
   int collnetChannels;   /* channels with a collnet group (0: no collnet, commAlgoCollNet is not priced) */
   double collnetAggUs;   /* one network reduction beyond the hops (the plugin's latency; 0: one network hop) */
+  uint32_t collnetFuncs; /* bit commFunc_t: the collectives the groups run (0 with collnetChannels: allreduce) */
+  size_t collnetOpBytes; /* most bytes of one network allgather/reducescatter operation (a slot; 0: fifoChunkBytes) */
   commTuneConsts k;
 } commTuneModel;
 
@@ -114,17 +116,18 @@ typedef struct commTuner {
   const commTuner_v1_t* plugin;
   void* pluginContext;
   commTuneCacheEntry cache[COMM_TUNE_CACHE];
-  uint64_t collnetWarned; /* reasons already said for collnet choices that ran CollTree (commTuneCollNetCheck) */
+  uint64_t collnetWarned[commNumFuncs]; /* reasons said for collnet choices that ran another (commTuneCollNetCheck) */
 } commTuner;
 
 struct commComm;
 commResult_t commTunerInit(struct commComm* comm);
 int commTuneNicsPerNode(const struct commComm* comm);
 void commTunerFree(struct commComm* comm);
-/* A choice of collnet for a call the groups cannot run (a type or op the network refused; device buffers):
- * CollTree instead, with one WARN per communicator and reason. Same answer on every rank. */
-void commTuneCollNetCheck(struct commComm* comm, commDataType_t type, const commRedOpArgs* redop, int onDevice,
-                          commTuneChoice* choice);
+/* A choice of collnet for a call the groups cannot run (a type or op the network refused; device buffers; more
+ * nodes than one network operation has elements): CollTree (allreduce) or the ring (allgather, reducescatter)
+ * instead, with one WARN per communicator and reason. Same answer on every rank. */
+void commTuneCollNetCheck(struct commComm* comm, commFunc_t func, commDataType_t type, const commRedOpArgs* redop,
+                          int onDevice, commTuneChoice* choice);
 /* The algorithm for a collective (not point-to-point). Same answer on every rank. */
 commResult_t commTuneChoose(struct commComm* comm, commFunc_t func, size_t count, size_t eltSize, commTuneChoice* out);
 /* src/tune/device.c: the same for a collective on device buffers: the algorithm as above, then the CUDA

@@ -209,6 +209,24 @@ int commTuneNicsPerNode(const struct commComm* comm) {
   return fewest < 1 ? 1 : fewest;
 }
 
+/* Can the collnet groups run func? Allreduce wherever they exist; allgather and reducescatter where every
+ * member's plugin offers the network's gather / scatter and the nodes have as many ranks each. */
+static int collnetRuns(const struct commComm* comm, commFunc_t func) {
+  const commCollNetInfo* cn = &comm->collnet;
+  if (cn->nChannels == 0) return 0;
+  if (func == commFuncAllReduce) return 1;
+  if (func == commFuncAllGather) return cn->allGather && cn->uniformNodes;
+  if (func == commFuncReduceScatter) return cn->reduceScatter && cn->uniformNodes;
+  return 0;
+}
+
+static const char* collnetWhyNot(const struct commComm* comm) {
+  const commCollNetInfo* cn = &comm->collnet;
+  if (cn->nChannels == 0) return cn->why;
+  if (!cn->uniformNodes) return "its allgather and reducescatter need nodes of one size";
+  return "the collnet plugin offers no network allgather or reducescatter";
+}
+
 commResult_t commTunerInit(struct commComm* comm) {
   commTuner* t;
   COMMCHECK(commCalloc(&t, 1, sizeof(*t)));
@@ -224,20 +242,30 @@ commResult_t commTunerInit(struct commComm* comm) {
   t->model.coresPerNode = comm->minCores; /* the smallest host's: every rank must price alike */
   t->model.collnetChannels = comm->collnet.nChannels;
   t->model.collnetAggUs = comm->collnet.latencyUs;
+  for (int f = 0; f < commNumFuncs; f++)
+    if (collnetRuns(comm, (commFunc_t)f)) t->model.collnetFuncs |= 1u << f;
+  t->model.collnetOpBytes = comm->slotBytes - COMM_SLOT_HDR_BYTES;
+  if (comm->collnet.maxCollBytes && comm->collnet.maxCollBytes < t->model.collnetOpBytes)
+    t->model.collnetOpBytes = comm->collnet.maxCollBytes;
   INFO(COMM_TUNE | COMM_INIT,
        "TUNER : %d ranks, %d nodes, at most %d per node, %d NIC(s) and %d cores per node; links intra=%s inter=net",
        comm->nRanks, comm->nNodes, maxLocal, t->model.nicsPerNode, t->model.coresPerNode,
        comm->shmDisable ? "net" : "shm");
   commTuneParseAlgo(commParamStr("COMM_ALGO", NULL), t->allowAlgo);
   commTuneParseProto(commParamStr("COMM_PROTO", NULL), t->allowProto);
-  /* COMM_ALGO asks for collnet (among fewer than all), but the groups are off: CollTree takes its place. */
+  /* COMM_ALGO asks for collnet (among fewer than all) where the groups cannot run it: allreduce runs CollTree
+   * in its place, allgather and reducescatter what the tuner picks among the rest. */
   uint32_t all[commNumFuncs];
   commTuneParseAlgo(NULL, all);
-  uint32_t* ar = &t->allowAlgo[commFuncAllReduce];
-  if (comm->collnet.nChannels == 0 && *ar != all[commFuncAllReduce] && (*ar >> commAlgoCollNet & 1u)) {
-    *ar = (*ar & ~(1u << commAlgoCollNet)) | 1u << commAlgoCollTree;
-    WARN_NOTICE("TUNER : COMM_ALGO asks for collnet, but collnet is off (%s): allreduce runs CollTree instead",
-                comm->collnet.why);
+  for (int f = 0; f < commNumFuncs; f++) {
+    uint32_t* allow = &t->allowAlgo[f];
+    if (*allow == all[f] || !(*allow >> commAlgoCollNet & 1u) || collnetRuns(comm, (commFunc_t)f)) continue;
+    *allow &= ~(1u << commAlgoCollNet);
+    if (f == commFuncAllReduce) *allow |= 1u << commAlgoCollTree;
+    if (*allow == 0) *allow = all[f] & ~(1u << commAlgoCollNet);
+    WARN_NOTICE("TUNER : COMM_ALGO asks for collnet, but collnet cannot run %s (%s): it runs %s instead",
+                commFuncName((commFunc_t)f), collnetWhyNot(comm),
+                f == commFuncAllReduce ? "CollTree" : "what the tuner picks among the rest");
   }
   loadPlugin(t, comm->nRanks, comm->nNodes);
   comm->tuner = t;
@@ -267,22 +295,24 @@ _Static_assert((int)COMM_TUNER_NUM_PROTOS == (int)commNumProtos, "tuner plugin c
 static int runnable(const struct commComm* comm, int algo, commFunc_t func, size_t nBytes) {
   if (commAlgoBuilder(algo, func) == NULL) return 0;
   if (algo == commAlgoOneShot) return comm->nRanks <= COMM_ONESHOT_MAX_RANKS && nBytes <= comm->oneShotMaxBytes;
-  if (algo == commAlgoCollNet) return comm->collnet.nChannels > 0;
+  if (algo == commAlgoCollNet) return collnetRuns(comm, func);
   return 1;
 }
 
-/* One WARN per communicator and reason (bit) for a collnet choice that runs CollTree instead. */
-static void collnetFallback(struct commComm* comm, int reason, const char* fmt, const char* a, const char* b) {
+/* One WARN per communicator, collective and reason (bit) for a collnet choice that runs another algorithm. */
+static void collnetFallback(struct commComm* comm, commFunc_t func, int reason, const char* fmt, const char* a,
+                            const char* b) {
   commTuner* t = comm->tuner;
-  if (t->collnetWarned >> reason & 1u) return;
-  t->collnetWarned |= (uint64_t)1 << reason;
+  if (t->collnetWarned[func] >> reason & 1u) return;
+  t->collnetWarned[func] |= (uint64_t)1 << reason;
   char why[256];
   snprintf(why, sizeof(why), fmt, a, b);
-  WARN_NOTICE("TUNER : collnet cannot run %s: CollTree instead (said once per communicator)", why);
+  WARN_NOTICE("TUNER : collnet cannot run %s %s: %s instead (said once per communicator)", commFuncName(func), why,
+              func == commFuncAllReduce ? "CollTree" : "the ring");
 }
 
-void commTuneCollNetCheck(struct commComm* comm, commDataType_t type, const commRedOpArgs* redop, int onDevice,
-                          commTuneChoice* choice) {
+void commTuneCollNetCheck(struct commComm* comm, commFunc_t func, commDataType_t type, const commRedOpArgs* redop,
+                          int onDevice, commTuneChoice* choice) {
   if (choice->algo != commAlgoCollNet) return;
   int netOp = redop->kind == COMM_REDOP_SUM || redop->kind == COMM_REDOP_PREMULSUM ||
                       redop->kind == COMM_REDOP_SUMPOSTDIV
@@ -291,13 +321,19 @@ void commTuneCollNetCheck(struct commComm* comm, commDataType_t type, const comm
               : redop->kind == COMM_REDOP_MAX  ? commMax
                                                : commMin;
   int ok = 1;
+  size_t elt = commTypeSize(type);
   if (onDevice && !comm->collnet.devOn) {
-    collnetFallback(comm, 0, "device buffers%s%s (this communicator has no device groups: see the COLLNET WARN)", "",
-                    "");
+    collnetFallback(comm, func, 0,
+                    "on device buffers%s%s (this communicator has no device groups: see the COLLNET WARN)", "", "");
     ok = 0;
-  } else if (!(comm->collnet.opsOfType[type] >> netOp & 1u)) {
-    collnetFallback(comm, 1 + (int)type * 4 + netOp, "%s with %s: the network does not reduce it", commTypeName(type),
-                    commOpName((commRedOp_t)netOp));
+  } else if (func != commFuncAllGather && !(comm->collnet.opsOfType[type] >> netOp & 1u)) {
+    collnetFallback(comm, func, 1 + (int)type * 4 + netOp, "of %s with %s: the network does not reduce it",
+                    commTypeName(type), commOpName((commRedOp_t)netOp));
+    ok = 0;
+  } else if (func != commFuncAllReduce && comm->tuner->model.collnetOpBytes / elt < (size_t)comm->nNodes) {
+    /* the nodes' pieces of one network operation share a slot: not even one element each */
+    collnetFallback(comm, func, 63, "of %s%s: one network operation cannot carry an element per node",
+                    commTypeName(type), "");
     ok = 0;
   }
   if (ok) {
@@ -305,9 +341,8 @@ void commTuneCollNetCheck(struct commComm* comm, commDataType_t type, const comm
     if (choice->nChannels > comm->collnet.nChannels) choice->nChannels = comm->collnet.nChannels;
     return;
   }
-  choice->algo = commAlgoCollTree;
-  if (!onDevice)
-    choice->nChannels = commTuneChannels(&comm->tuner->model, commFuncAllReduce, commAlgoCollTree, choice->nBytes);
+  choice->algo = func == commFuncAllReduce ? commAlgoCollTree : commAlgoRing;
+  if (!onDevice) choice->nChannels = commTuneChannels(&comm->tuner->model, func, choice->algo, choice->nBytes);
 }
 
 commResult_t commTuneChoose(struct commComm* comm, commFunc_t func, size_t count, size_t eltSize, commTuneChoice* out) {

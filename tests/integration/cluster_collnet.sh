@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # cluster_collnet.sh COLLNET_CLUSTER COMM_AGGD: collnet over the software aggregation service on a namespace
 # cluster (issue 20): 4 hosts x 2 ranks and 2 comm_aggd servers (scripts/netns_cluster.sh -D 2), every rank
-# running tests/integration/collnet_cluster.c with collnet forced for allreduce.
-#  1. check: every type and op through collnet, integers bit for bit against CollTree, floats against a float64
-#     reference and identical on every rank, two communicators over the servers at once, while a stranger sends
-#     garbage to a server (refused; the job unaffected);
+# running tests/integration/collnet_cluster.c with collnet forced for allreduce, allgather and reducescatter.
+#  1. check: every type and op through collnet, integers bit for bit against CollTree (allgather, reducescatter:
+#     the ring), floats against a float64 reference and identical on every rank, two communicators over the
+#     servers at once, while a stranger sends garbage to a server (refused; the job unaffected);
 #  2. a server killed during an operation: every rank ends with an error (none hangs), within the timeout;
 #  3. a rank killed during an operation (a leader, rank 4: the servers fail its group; a local child, rank 5: its
 #     leader finds it gone): every other rank ends with an error, within the timeout;
@@ -22,7 +22,7 @@ LOGS=$(mktemp -d "${TMPDIR:-/tmp}/cluster_collnet.XXXXXX")
 trap 'if [[ -n "${KEEP_LOGS:-}" ]]; then echo "cluster_collnet: logs in $LOGS"; else rm -rf "$LOGS"; fi' EXIT
 fails=0
 fail() { echo "cluster_collnet: FAIL: $*"; fails=$((fails + 1)); }
-export COMM_AGGD_BIN=$AGGD COMM_COLLNET_ENABLE=1 COMM_ALGO=allreduce:collnet COMM_DEBUG=INFO \
+export COMM_AGGD_BIN=$AGGD COMM_COLLNET_ENABLE=1 COMM_ALGO="allreduce:collnet;allgather:collnet;reducescatter:collnet" COMM_DEBUG=INFO \
   COMM_DEBUG_SUBSYS=INIT,COLLNET,TUNE COMM_TIMEOUT_MS=20000 COMM_AGGD_TIMEOUT_MS=8000
 
 # cluster NAME [netns_cluster options] -- ARGS: the cluster in the background, logs in $LOGS/NAME.
@@ -69,7 +69,9 @@ if [[ $status -ne 0 || $(ranksSay check "PASS") -ne 8 ]]; then
 fi
 on=$(infoHas check "COLLNET : on:")
 [[ $on -ge 8 ]] || fail "check: collnet on in $on rank communicators, fewer than 8"
-[[ $(infoHas check "algo CollNet") -gt 0 ]] || fail "check: no allreduce ran over CollNet"
+for f in AllReduce AllGather ReduceScatter; do
+  [[ $(infoHas check "$f: .* algo CollNet") -gt 0 ]] || fail "check: no $f ran over CollNet"
+done
 grep -qiE "refus|drop" "$LOGS/check/out/aggd0.log" || fail "check: the server did not log the stranger it refused"
 
 # 2. a server killed during an operation, 3. a rank killed during an operation.

@@ -2,7 +2,8 @@
  * COMM_ROOT: scripts/netns_cluster.sh). Public API only.
  *
  *   collnet_cluster check      every allreduce type and op over collnet (the environment forces it: COMM_ALGO)
- *                              against CollTree and a float64 reference; two collnet communicators at once
+ *                              against CollTree and a float64 reference; allgather and reducescatter of every
+ *                              type over collnet against the ring; two collnet communicators at once
  *   collnet_cluster loop [R]   allreduces until one fails (a test kills a server or rank R meanwhile); exit 0 when
  *                              the failure came as an error, within the communicator's timeout
  *
@@ -182,6 +183,47 @@ static const char* const typeNames[commNumTypes] = {"int8",    "uint8",    "int3
                                                     "int64",   "uint64",   "float16",    "float32",
                                                     "float64", "bfloat16", "float8e4m3", "float8e5m2"};
 
+/* Floating results against a float64 reference: element i of out is the reduction over the ranks of their
+ * input element base + i (case k, op opIdx, inputs scaled by scale); NULL when every element is within the
+ * type's rounding, else what is wrong. */
+static const char* floatCheck(const void* out, commDataType_t t, int k, int opIdx, double scale, size_t count,
+                              size_t base) {
+  double tol = t == commFloat64    ? 1e-12
+               : t == commFloat32  ? 1e-5
+               : t == commBfloat16 ? 0.05
+               : t == commFloat16  ? 0.01
+                                   : 0.3;
+  for (size_t i = 0; i < count; i++) {
+    double ref = 0;
+    for (int r = 0; r < nranks; r++) {
+      char tmp[8];
+      store(tmp, t, 0, scale * inputOf(k, r, base + i));
+      double x = loadAs(tmp, t, 0);
+      if (r == 0 && opIdx >= 1 && opIdx <= 3) {
+        ref = x;
+        continue;
+      }
+      switch (opIdx) {
+        case 1: ref *= x; break;
+        case 2: ref = x > ref ? x : ref; break;
+        case 3: ref = x < ref ? x : ref; break;
+        case 5: ref += 0.5 * x; break;
+        default: ref += x; break;
+      }
+    }
+    if (opIdx == 4) ref /= nranks;
+    double got = loadAs(out, t, i);
+    double mag = fabs(ref) > 1 ? fabs(ref) : 1;
+    /* narrow types round every partial: allow their rounding per rank */
+    if (fabs(got - ref) > tol * mag * (isFloat(t) && typeSize(t) <= 2 ? nranks : 1)) {
+      static char msg[160];
+      snprintf(msg, sizeof(msg), "element %zu is %g, the float64 reference %g", i, got, ref);
+      return msg;
+    }
+  }
+  return NULL;
+}
+
 static void oneCase(comm_t cn, comm_t ct, int k, commDataType_t t, int opIdx, size_t count, int inPlace) {
   size_t bytes = count * typeSize(t);
   char* in = malloc(bytes);
@@ -207,38 +249,7 @@ static void oneCase(comm_t cn, comm_t ct, int k, commDataType_t t, int opIdx, si
   const char* what = NULL;
   if (!sameEverywhere(cn, outN, bytes)) what = "the collnet result differs between ranks";
   else if (!isFloat(t) && memcmp(outN, outT, bytes) != 0) what = "the collnet result differs from CollTree's";
-  else if (isFloat(t)) {
-    double tol = t == commFloat64    ? 1e-12
-                 : t == commFloat32  ? 1e-5
-                 : t == commBfloat16 ? 0.05
-                 : t == commFloat16  ? 0.01
-                                     : 0.3;
-    for (size_t i = 0; i < count && !what; i++) {
-      double ref = opIdx == 1 || opIdx == 2 || opIdx == 3 ? loadAs(in, t, i) : 0;
-      for (int r = 0; r < nranks; r++) {
-        char tmp[8];
-        store(tmp, t, 0, scale * inputOf(k, r, i));
-        double x = loadAs(tmp, t, 0);
-        if (r == rank && opIdx >= 1 && opIdx <= 3) continue;
-        switch (opIdx) {
-          case 1: ref *= x; break;
-          case 2: ref = x > ref ? x : ref; break;
-          case 3: ref = x < ref ? x : ref; break;
-          case 5: ref += 0.5 * x; break;
-          default: ref += x; break;
-        }
-      }
-      if (opIdx == 4) ref /= nranks;
-      double got = loadAs(outN, t, i);
-      double mag = fabs(ref) > 1 ? fabs(ref) : 1;
-      /* narrow types round every partial: allow their rounding per rank */
-      if (fabs(got - ref) > tol * mag * (isFloat(t) && typeSize(t) <= 2 ? nranks : 1)) {
-        static char msg[160];
-        snprintf(msg, sizeof(msg), "element %zu is %g, the float64 reference %g", i, got, ref);
-        what = msg;
-      }
-    }
-  }
+  else if (isFloat(t)) what = floatCheck(outN, t, k, opIdx, scale, count, 0);
   if (what) {
     fprintf(stderr, "collnet_cluster: rank %d: FAIL: %s %s count %zu%s: %s\n", rank, typeNames[t], opNames[opIdx],
             count, inPlace ? " in place" : "", what);
@@ -254,8 +265,51 @@ done:
   free(outT);
 }
 
+/* Allgather (bit for bit against the ring's, the same on every rank) or reducescatter (integers bit for bit
+ * against the ring's, floats against the float64 reference) of count elements per rank, collnet on cn, the ring
+ * on ct. */
+static void gatherCase(comm_t cn, comm_t ct, int k, commDataType_t t, int opIdx, size_t count, int scatter,
+                       int inPlace) {
+  size_t esz = typeSize(t), inCount = scatter ? count * (size_t)nranks : count;
+  size_t outCount = scatter ? count : count * (size_t)nranks;
+  char* in = malloc(inCount * esz);
+  char* outN = malloc(outCount * esz);
+  char* outT = malloc(outCount * esz);
+  const double scale = opIdx == 1 ? 0.25 : 1.0;
+  for (size_t i = 0; i < inCount; i++) store(in, t, i, scale * inputOf(k, rank, i));
+  commRedOp_t op = (commRedOp_t)opIdx;
+  const char* what = NULL;
+  if (scatter) {
+    CHECK(commReduceScatter(in, outT, count, t, op, ct, NULL));
+    char* mine = in + (size_t)rank * count * esz; /* in place: the result lands in this rank's own part */
+    CHECK(commReduceScatter(in, inPlace ? mine : outN, count, t, op, cn, NULL));
+    if (inPlace) memcpy(outN, mine, count * esz);
+    if (!isFloat(t) && memcmp(outN, outT, count * esz) != 0) what = "the collnet result differs from the ring's";
+    else if (isFloat(t)) what = floatCheck(outN, t, k, opIdx, scale, count, (size_t)rank * count);
+  } else {
+    char* src = in;
+    if (inPlace) {
+      memcpy(outN + (size_t)rank * count * esz, in, count * esz);
+      src = outN + (size_t)rank * count * esz;
+    }
+    CHECK(commAllGather(src, outN, count, t, cn, NULL));
+    CHECK(commAllGather(in, outT, count, t, ct, NULL));
+    if (memcmp(outN, outT, outCount * esz) != 0) what = "the collnet result differs from the ring's";
+    else if (!sameEverywhere(ct, outN, outCount * esz)) what = "the collnet result differs between ranks";
+  }
+  if (what) {
+    fprintf(stderr, "collnet_cluster: rank %d: FAIL: %s %s %s count %zu%s: %s\n", rank,
+            scatter ? "reducescatter" : "allgather", typeNames[t], scatter ? opNames[opIdx] : "", count,
+            inPlace ? " in place" : "", what);
+    fails++;
+  }
+  free(in);
+  free(outN);
+  free(outT);
+}
+
 static int runCheck(comm_t world) {
-  setenv("COMM_ALGO", "allreduce:colltree", 1);
+  setenv("COMM_ALGO", "allreduce:colltree;allgather:ring;reducescatter:ring", 1);
   comm_t tree = NULL, second = NULL;
   CHECK(commSplit(world, 0, rank, &tree, NULL));
   setenv("COMM_ALGO", "allreduce:collnet", 1);
@@ -270,6 +324,15 @@ static int runCheck(comm_t world) {
         oneCase(world, tree, k, (commDataType_t)t, op, counts[c], (int)(k % 3 == 0));
         cases++;
       }
+  /* Allgather of every type; reducescatter of every type with sum, prod, max, min (4 hosts' pieces per slot). */
+  const size_t gcounts[] = {1, 777, 40001};
+  for (int t = 0; t < commNumTypes; t++)
+    for (size_t c = 0; c < sizeof(gcounts) / sizeof(gcounts[0]); c++, k++) {
+      if (gcounts[c] > 1000 && t != commFloat32 && t != commInt32 && t != commUint8) continue;
+      gatherCase(world, tree, k, (commDataType_t)t, 0, gcounts[c], 0, (int)(k % 2));
+      for (int op = 0; op < 4; op++, k++) gatherCase(world, tree, k, (commDataType_t)t, op, gcounts[c], 1, op == 1);
+      cases += 5;
+    }
   /* Two collnet communicators at once: both allreduces in one group run together over the servers. */
   size_t n = 100003;
   float* a = malloc(n * sizeof(float));

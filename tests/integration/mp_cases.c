@@ -162,9 +162,10 @@ void describe(const tcase* c, char* buf, size_t len) {
 tcase* cases;
 size_t ncases;
 static size_t capcases;
-int allReduceOnly;
+int allReduceOnly, collnetOnly;
 static void add(int coll, commDataType_t t, int op, double scalar, int root, size_t count, int inplace) {
   if (allReduceOnly && coll != C_ALLREDUCE) return;
+  if (collnetOnly && coll != C_ALLREDUCE && coll != C_ALLGATHER && coll != C_REDUCESCATTER) return;
   if (ncases == capcases) {
     capcases = capcases ? 2 * capcases : 1024;
     cases = realloc(cases, capcases * sizeof(*cases));

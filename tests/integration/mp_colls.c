@@ -9,6 +9,7 @@
  *                         this process is rank r of n; the id comes from COMM_ROOT (launchers, two hosts)
  * Options: -q  quick: fewer types and large counts (for many ranks on few cores)
  *          -A  only the allreduce cases (and the batches)
+ *          -C  only the cases collnet runs: allreduce, allgather, reducescatter (and the batches)
  *          -nb non-blocking communicators (config.blocking = 0): init and split return commInProgress
  *              and are polled with commGetAsyncError
  *          -w S  watchdog: give up (and kill the ranks) after S seconds (default 290)
@@ -586,8 +587,8 @@ static void* threadMain(void* a) {
 }
 
 static int usage(void) {
-  fprintf(stderr, "usage: mp_colls -np N [-t | -g | -G] [-nb] [-q] [-A] [-v] [-w seconds] [-rph ranks-per-host]\n"
-                  "       (-A: only the allreduce cases, and the batches)\n"
+  fprintf(stderr, "usage: mp_colls -np N [-t | -g | -G] [-nb] [-q] [-A | -C] [-v] [-w seconds] [-rph ranks-per-host]\n"
+                  "       (-A: only the allreduce cases, -C: allreduce, allgather and reducescatter; and the batches)\n"
                   "       (-rph K: forked rank r takes COMM_HOSTID=mp_colls-host-(r/K): K ranks per fake host)\n"
                   "       COMM_RANK=r COMM_NRANKS=n [COMM_ROOT=host:port] mp_colls [-q] [-v]\n");
   return 2;
@@ -603,6 +604,7 @@ int main(int argc, char** argv) {
     else if (!strcmp(argv[i], "-G")) group = strictGroup = 1;
     else if (!strcmp(argv[i], "-q")) quick = 1;
     else if (!strcmp(argv[i], "-A")) allReduceOnly = 1;
+    else if (!strcmp(argv[i], "-C")) collnetOnly = 1;
     else if (!strcmp(argv[i], "-nb")) nonblocking = 1;
     else if (!strcmp(argv[i], "-v")) verbose = 1;
     else if (!strcmp(argv[i], "-w") && i + 1 < argc) watchdog = atoi(argv[++i]);

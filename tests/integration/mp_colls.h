@@ -48,6 +48,7 @@ typedef struct {
 extern int N; /* ranks */
 extern int quick;
 extern int allReduceOnly; /* -A: only the allreduce cases (and the batches) */
+extern int collnetOnly;   /* -C: only the allreduce, allgather and reducescatter cases (and the batches) */
 
 /* mp_cases.c: inputs and the host reference. */
 double genRaw(const tcase* c, int q, size_t j);

@@ -191,7 +191,55 @@ static void test_collnet(void** state) {
   commCollArgs a;
   setArgs(&a, commFuncBroadcast, 4, 10, 1, 0, LAYOUT_BLOCK, 1);
   commSchedule sch;
-  assert_int_equal(commCollNetBuild(&a, &sch), commInvalidArgument); /* allreduce only */
+  assert_int_equal(commCollNetBuild(&a, &sch), commInvalidArgument); /* not over collnet */
+}
+
+/* Collnet allgather and reducescatter (algorithms/collnet.c: the network's gather and scatter between the node
+ * leaders): nodes of one size (block layouts of 1, 2, 3 and 8 ranks, round-robin, every rank its own node), n up
+ * to 24, every count, 1-3 channels, slots from a whole FIFO's piece down to one that just holds an element per
+ * node, with and without a ring order; verified with the verifier's network (allgather: member w's piece at w x
+ * size; reducescatter: member w receives part w). Nodes that differ in size, or more nodes than a slot has
+ * elements, are refused with commInvalidArgument. */
+static void test_collnet_gather(void** state) {
+  (void)state;
+  const layout_t layouts[] = {LAYOUT_BLOCK, LAYOUT_BLOCK, LAYOUT_BLOCK, LAYOUT_BLOCK, LAYOUT_ROUNDROBIN, LAYOUT_NULL};
+  const int rpns[] = {1, 2, 3, 8, 0, 0};
+  static int ring[MAXR];
+  for (size_t li = 0; li < sizeof(layouts) / sizeof(layouts[0]); li++) {
+    for (int n = 1; n <= 24; n++) {
+      if (layouts[li] == LAYOUT_BLOCK && n % rpns[li] != 0) continue;
+      if (layouts[li] == LAYOUT_ROUNDROBIN && n % ((n + 3) / 4) != 0) continue;
+      size_t counts[5] = {0, 1, 7, (size_t)n * 3 + 1, 301};
+      for (int ci = 0; ci < 5; ci++) {
+        for (int fi = 0; fi < 2; fi++) {
+          commCollArgs a;
+          setArgs(&a, fi ? commFuncReduceScatter : commFuncAllGather, n, counts[ci], 1 + (ci + n + fi) % 3, 0,
+                  layouts[li], rpns[li]);
+          int V = a.nodeOf ? a.nNodes : n;
+          a.pieceElems = (ci + fi) % 2 || (size_t)V * (1 + (size_t)ci) > PIECE ? PIECE : (size_t)V * (1 + (size_t)ci);
+          if ((n + ci) % 2) { /* a ring order: reversed */
+            for (int i = 0; i < n; i++) ring[i] = n - 1 - i;
+            for (int c = 0; c < a.nChannels; c++) a.ringRanks[c] = ring;
+          }
+          commResult_t res = commVerifyColl(&a, commCollNetBuild, FIFO, PIECE, NULL);
+          if (res != commSuccess)
+            fail_msg("collnet %s %s n=%d nNodes=%d count=%zu nCh=%d piece=%zu: %s", commFuncName(a.func),
+                     layoutName(layouts[li]), n, V, a.count, a.nChannels, a.pieceElems, commLogLastWarn());
+        }
+      }
+    }
+  }
+  commCollArgs a;
+  setArgs(&a, commFuncAllGather, 12, 10, 1, 0, LAYOUT_UNEVEN, 0);
+  a.pieceElems = PIECE;
+  commSchedule sch;
+  assert_int_equal(commCollNetBuild(&a, &sch), commInvalidArgument); /* nodes of 5, 1, 3, ... ranks */
+  setArgs(&a, commFuncReduceScatter, 16, 10, 1, 0, LAYOUT_BLOCK, 1);
+  a.pieceElems = 15;
+  assert_int_equal(commCollNetBuild(&a, &sch), commInvalidArgument); /* 16 nodes, 15 elements a slot */
+  a.pieceElems = 16;
+  assert_int_equal(commCollNetBuild(&a, &sch), commSuccess);
+  commSchedFree(&sch);
 }
 
 /* Large communicators, 8 ranks per node: every collective, 2 channels, a middle root. */
@@ -572,7 +620,7 @@ int main(void) {
       cmocka_unit_test(test_spot_large), cmocka_unit_test(test_sweep_rpn1),
       cmocka_unit_test(test_sweep_rpn2), cmocka_unit_test(test_sweep_rpn4),
       cmocka_unit_test(test_sweep_rpn8), cmocka_unit_test(test_sweep_irregular),
-      cmocka_unit_test(test_collnet),
+      cmocka_unit_test(test_collnet),    cmocka_unit_test(test_collnet_gather),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,7 +29,7 @@ static void testParseDefaults(void** state) {
   commTuneParseAlgo(NULL, allow);
   assert_int_equal(allow[commFuncAllReduce], BIT(commAlgoRing) | BIT(commAlgoTree) | BIT(commAlgoCollTree) |
                                                  BIT(commAlgoOneShot) | BIT(commAlgoCollNet));
-  assert_int_equal(allow[commFuncAllGather], BIT(commAlgoRing) | BIT(commAlgoPat));
+  assert_int_equal(allow[commFuncAllGather], BIT(commAlgoRing) | BIT(commAlgoPat) | BIT(commAlgoCollNet));
   assert_int_equal(allow[commFuncAllToAll], BIT(commAlgoPairwise));
   commTuneParseAlgo("", allow);
   assert_int_equal(allow[commFuncBroadcast], supported(commFuncBroadcast));
@@ -90,6 +90,8 @@ static void testModelShape(void** state) {
   for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
     commTuneModelInit(&m, shapes[s][0], shapes[s][1], shapes[s][2], COMM_LINK_SHM, COMM_LINK_NET, 2 << 20, 4);
     m.collnetChannels = 2; /* priced where the ranks span nodes */
+    m.collnetFuncs = BIT(commFuncAllReduce) | BIT(commFuncAllGather) | BIT(commFuncReduceScatter);
+    m.collnetOpBytes = 512 << 10;
     for (int f = 0; f < commFuncSendRecv; f++) {
       for (int a = 0; a < commNumAlgos; a++) {
         for (int p = 0; p < commNumProtos; p++) {
@@ -184,6 +186,30 @@ static void testCollNetModel(void** state) {
     assert_int_equal(algo, commAlgoCollNet);
     bestPrediction(&m, commFuncAllReduce, 8, &algo);
     assert_true(algo != commAlgoRing);
+    /* Allgather and reducescatter: priced only where the groups run them; two network hops instead of the
+     * ring's n - 1 win at small sizes, the same bytes per NIC keep them near the ring at large ones. */
+    for (int f = commFuncAllGather; f <= commFuncReduceScatter; f++) {
+      size_t small = (size_t)n * 256;
+      assert_true(commTunePredict(&m, (commFunc_t)f, commAlgoCollNet, commProtoLL, small, 1,
+                                  commTuneChunkBytes(&m, commProtoLL), NULL) < 0);
+      m.collnetFuncs = BIT(commFuncAllReduce) | BIT(commFuncAllGather) | BIT(commFuncReduceScatter);
+      m.collnetOpBytes = 512 << 10;
+      double cnSmall = commTunePredict(&m, (commFunc_t)f, commAlgoCollNet, commProtoLL, small, 1,
+                                       commTuneChunkBytes(&m, commProtoLL), NULL);
+      double ringSmall = commTunePredict(&m, (commFunc_t)f, commAlgoRing, commProtoLL, small, 1,
+                                         commTuneChunkBytes(&m, commProtoLL), NULL);
+      double cnBig = commTunePredict(&m, (commFunc_t)f, commAlgoCollNet, commProtoSimple, big, 2,
+                                     commTuneChunkBytes(&m, commProtoSimple), NULL);
+      double ringBig = commTunePredict(&m, (commFunc_t)f, commAlgoRing, commProtoSimple, big,
+                                       commTuneChannels(&m, (commFunc_t)f, commAlgoRing, big),
+                                       commTuneChunkBytes(&m, commProtoSimple), NULL);
+      print_message("%d hosts x %d: %s %zu B ring %.1f us, collnet %.1f us; 64 MiB ring %.0f us, collnet %.0f us\n",
+                    shapes[s][0], shapes[s][1], commFuncName((commFunc_t)f), small, ringSmall, cnSmall, ringBig, cnBig);
+      assert_true(cnSmall > 0 && cnBig > 0);
+      if (shapes[s][0] >= 8) assert_true(cnSmall < ringSmall);
+      assert_true(cnBig < 1.5 * ringBig && cnBig > 0.5 * ringBig);
+      m.collnetFuncs = 0;
+    }
   }
 }
 

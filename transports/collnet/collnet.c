@@ -5,6 +5,7 @@
  * second allgather carries every rank's outcome, so that every rank decides the same: collnet on for all
  * channels, or off with the reason; device buffers likewise. */
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,9 @@ typedef struct {
 typedef struct {
   cnStatus s;
   int32_t hasDevice;
-  float latencyUs; /* the plugin's, for the tuner */
+  float latencyUs;         /* the plugin's, for the tuner */
+  uint64_t maxCollBytes;   /* the plugin's */
+  uint8_t gather, scatter; /* the plugin offers iallgather, ireducescatter */
 } cnRound1;
 
 /* Handles start 64-byte aligned (a plugin may read them as structs): the record's head is padded. */
@@ -180,6 +183,17 @@ static int cnFirstFailed(const struct commComm* comm, const char* all, size_t st
   return -1;
 }
 
+static int cnUniformNodes(const struct commComm* comm) {
+  int m = 0;
+  for (int r = 0; r < comm->nRanks; r++) m += comm->rankNode[r] == 0;
+  for (int v = 1; v < comm->nNodes; v++) {
+    int k = 0;
+    for (int r = 0; r < comm->nRanks; r++) k += comm->rankNode[r] == v;
+    if (k != m) return 0;
+  }
+  return 1;
+}
+
 static void cnMembersLine(const struct commComm* comm, const int* members, char* buf, size_t n) {
   size_t len = 0;
   buf[0] = '\0';
@@ -208,17 +222,27 @@ commResult_t commCollNetSetup(struct commComm* comm, int nCh, const int* members
   r1.hasDevice = comm->cudaDev >= 0;
   r1.s.status = cnPrepare(comm, st, nCh, members, all, r1.hasDevice ? CN_LANES : 1, r1.s.why, sizeof(r1.s.why));
   r1.latencyUs = st->props.latencyUs;
+  r1.maxCollBytes = st->props.maxCollBytes;
+  r1.gather = st->plugin && st->plugin->iallgather != NULL;
+  r1.scatter = st->plugin && st->plugin->ireducescatter != NULL;
   memcpy(all + (size_t)comm->rank * round1Bytes(nCh), &r1, sizeof(r1));
   COMMCHECKGOTO(bootstrapAllGather(comm->bootstrap, all, round1Bytes(nCh)), res, fail);
   cnStatus bad;
   int badRank = cnFirstFailed(comm, all, round1Bytes(nCh), 0, &bad);
   int devWanted = 1;
+  commCollNetInfo* info = &comm->collnet;
+  info->allGather = info->reduceScatter = 1;
+  info->maxCollBytes = SIZE_MAX;
   for (int r = 0; r < comm->nRanks; r++) {
     cnRound1 o;
     memcpy(&o, all + (size_t)r * round1Bytes(nCh), sizeof(o));
     devWanted &= o.hasDevice != 0;
-    if (o.latencyUs > comm->collnet.latencyUs) comm->collnet.latencyUs = o.latencyUs;
+    if (o.latencyUs > info->latencyUs) info->latencyUs = o.latencyUs;
+    if (o.maxCollBytes < info->maxCollBytes) info->maxCollBytes = (size_t)o.maxCollBytes;
+    info->allGather &= o.gather;
+    info->reduceScatter &= o.scatter;
   }
+  info->uniformNodes = cnUniformNodes(comm);
   /* Round 2: members form the groups; everyone's outcome and what the network reduces. */
   COMMCHECKGOTO(commCalloc(&out, (size_t)comm->nRanks, sizeof(cnOutcome)), res, fail);
   cnOutcome* me = &out[comm->rank];
@@ -263,8 +287,14 @@ commResult_t commCollNetSetup(struct commComm* comm, int nCh, const int* members
   char line[96];
   cnMembersLine(comm, members, line, sizeof(line));
   INFO(COMM_COLLNET | COMM_INIT,
-       "COLLNET : on: %d channel(s), %d members each (channel 0: ranks %s), plugin %s; device buffers %s", nCh,
-       comm->nNodes, line, comm->collnet.plugin,
+       "COLLNET : on: %d channel(s), %d members each (channel 0: ranks %s), plugin %s; allreduce%s%s%s; device "
+       "buffers %s",
+       nCh, comm->nNodes, line, comm->collnet.plugin, info->allGather && info->uniformNodes ? ", allgather" : "",
+       info->reduceScatter && info->uniformNodes ? ", reducescatter" : "",
+       (info->allGather || info->reduceScatter) && !info->uniformNodes
+           ? " (not allgather/reducescatter: nodes differ in size)"
+       : !info->allGather && !info->reduceScatter ? " (the plugin offers no allgather/reducescatter)"
+                                                  : "",
        comm->collnet.devOn ? "too"
        : devWanted         ? "not (see WARN)"
                            : "not (host ranks)");

@@ -37,6 +37,7 @@ typedef struct commCollNetLane {
   int maxSub;         /* operations per slot at most */
   void** reqs;        /* [nSlots][maxSub]: outstanding requests, NULL when done */
   int* nSub;          /* [nSlots]: operations of each slot */
+  size_t* result;     /* [nSlots]: bytes of each slot's result (collnet_lane.c's slotPlan) */
   int failed;         /* commResult_t of the first failure */
 } commCollNetLane;
 

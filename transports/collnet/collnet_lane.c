@@ -2,12 +2,13 @@
  * and the transport operations the executors call on it.
  *
  * The executor fills send slots (header + payload) and drains receive slots, as on any connection. Progress
- * posts one or more iallreduce per filled send slot (an operation is at most the plugin's maxCollBytes) from the
- * slot's payload into the payload of the receive slot at the same position, while that receive slot is free;
- * it tests them in order and, once a slot's operations are done, gives the receive slot the send slot's header
- * and size (the result carries this member's own signature) and moves the receive head and the send tail. The
- * datatype and op come from the slot's signature: avg and premulsum reduce as sum (the executor applies their
- * scaling with PRE and POST). */
+ * posts the network operations of each filled send slot (slotPlan: one or more iallreduce of at most the
+ * plugin's maxCollBytes, one iallgather or one ireducescatter, by the collective in the slot's signature) from
+ * the slot's payload into the payload of the receive slot at the same position, while that receive slot is
+ * free; it tests them in order and, once a slot's operations are done, gives the receive slot the send slot's
+ * header and the result's size (the result carries this member's own signature) and moves the receive head
+ * and the send tail. The datatype and op come from the signature too: avg and premulsum reduce as sum (the
+ * executor applies their scaling with PRE and POST). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,9 +62,10 @@ commResult_t commCollNetLaneMake(struct commComm* comm, struct commCollNetState*
   l->maxSub = (int)((payload + l->subBytes - 1) / l->subBytes);
   l->reqs = calloc((size_t)comm->nSlots * (size_t)l->maxSub, sizeof(void*));
   l->nSub = calloc((size_t)comm->nSlots, sizeof(int));
+  l->result = calloc((size_t)comm->nSlots, sizeof(size_t));
   l->send = calloc(1, sizeof(commConn));
   l->recv = calloc(1, sizeof(commConn));
-  if (!l->sendArea || !l->recvArea || !l->reqs || !l->nSub || !l->send || !l->recv) {
+  if (!l->sendArea || !l->recvArea || !l->reqs || !l->nSub || !l->result || !l->send || !l->recv) {
     snprintf(why, whyLen, "out of memory for the collnet FIFOs");
     return commSystemError;
   }
@@ -107,6 +109,7 @@ void commCollNetLaneFree(struct commComm* comm, struct commCollNetState* st, com
   }
   free(l->reqs);
   free(l->nSub);
+  free(l->result);
   free(l->send);
   free(l->recv);
   memset(l, 0, sizeof(*l));
@@ -130,6 +133,57 @@ static commResult_t laneFail(commCollNetLane* l, commResult_t res, const char* w
   return l->failed;
 }
 
+/* How a send slot of `payload` bytes maps to network operations (the collective from its signature):
+ *  - allreduce: iallreduce of at most subBytes each, the result as large as the payload;
+ *  - allgather: one iallgather of the payload per member, the result nMembers times larger (the schedule keeps
+ *    it within a slot);
+ *  - reducescatter: one ireducescatter of payload / nMembers per member, the result that large.
+ * 0 when the slot fits none of these (or the groups' plugin does not offer the operation). */
+static int slotPlan(const struct commComm* comm, const commCollNetLane* l, const commOpSig* sig, size_t payload,
+                    int* nSub, size_t* result) {
+  const struct commCollNetState* st = comm->collnetState;
+  size_t elt = sig->dtype < commNumTypes ? commTypeSize((commDataType_t)sig->dtype) : 0;
+  size_t members = (size_t)comm->nNodes, cap = comm->slotBytes - COMM_SLOT_HDR_BYTES;
+  if (elt == 0 || payload % elt != 0) return 0;
+  switch (sig->func) {
+    case commFuncAllReduce:
+      if (netOp(sig) < 0) return 0;
+      *nSub = (int)((payload + l->subBytes - 1) / l->subBytes);
+      *result = payload;
+      return 1;
+    case commFuncAllGather:
+      if (!st->plugin->iallgather || payload > cap / members || payload * members > st->props.maxCollBytes) return 0;
+      *nSub = 1;
+      *result = payload * members;
+      return 1;
+    case commFuncReduceScatter:
+      if (!st->plugin->ireducescatter || netOp(sig) < 0 || payload % (elt * members) != 0 ||
+          payload > st->props.maxCollBytes)
+        return 0;
+      *nSub = 1;
+      *result = payload / members;
+      return 1;
+    default: return 0;
+  }
+}
+
+/* Post operation i of send slot sslot (payload bytes) into receive slot rslot. */
+static commResult_t postSub(const struct commComm* comm, commCollNetLane* l, const commOpSig* sig, char* sslot,
+                            char* rslot, size_t payload, int i, void** req) {
+  const commCollNet_t* p = comm->collnetState->plugin;
+  commDataType_t type = (commDataType_t)sig->dtype;
+  size_t elt = commTypeSize(type);
+  char *src = sslot + COMM_SLOT_HDR_BYTES, *dst = rslot + COMM_SLOT_HDR_BYTES;
+  if (sig->func == commFuncAllGather) return p->iallgather(l->collComm, src, dst, payload, l->sendMh, l->recvMh, req);
+  if (sig->func == commFuncReduceScatter)
+    return p->ireducescatter(l->collComm, src, dst, payload / elt / (size_t)comm->nNodes, type, (commRedOp_t)netOp(sig),
+                             l->sendMh, l->recvMh, req);
+  size_t off = (size_t)i * l->subBytes;
+  size_t n = payload - off < l->subBytes ? payload - off : l->subBytes;
+  return p->iallreduce(l->collComm, src + off, dst + off, n / elt, type, (commRedOp_t)netOp(sig), l->sendMh, l->recvMh,
+                       req);
+}
+
 commResult_t commCollNetLaneProgress(struct commComm* comm, commCollNetLane* l) {
   const commCollNet_t* p = comm->collnetState->plugin;
   const uint64_t nSlots = (uint64_t)comm->nSlots;
@@ -144,25 +198,19 @@ commResult_t commCollNetLaneProgress(struct commComm* comm, commCollNetLane* l) 
     size_t bytes = (size_t)COMM_LOAD_RLX(&sc->sizes[k]);
     commOpSig sig;
     memcpy(&sig, sslot, sizeof(sig));
-    int op = netOp(&sig);
-    size_t elt = sig.dtype < commNumTypes ? commTypeSize((commDataType_t)sig.dtype) : 0;
-    if (bytes < COMM_SLOT_HDR_BYTES || bytes > comm->slotBytes || op < 0 || elt == 0 ||
-        (bytes - COMM_SLOT_HDR_BYTES) % elt != 0) {
-      WARN("COLLNET : channel %d: a slot of %zu bytes with type %u and op %u cannot be reduced by the network",
-           l->channel, bytes, (unsigned)sig.dtype, (unsigned)sig.op);
+    int nSub = 0;
+    if (bytes < COMM_SLOT_HDR_BYTES || bytes > comm->slotBytes ||
+        !slotPlan(comm, l, &sig, bytes - COMM_SLOT_HDR_BYTES, &nSub, &l->result[k])) {
+      WARN("COLLNET : channel %d: a slot of %zu bytes of %u with type %u and op %u cannot be done by the network "
+           "(%d members)",
+           l->channel, bytes, (unsigned)sig.func, (unsigned)sig.dtype, (unsigned)sig.op, comm->nNodes);
       return laneFail(l, commInternalError, "bad slot");
     }
-    size_t payload = bytes - COMM_SLOT_HDR_BYTES;
-    int nSub = (int)((payload + l->subBytes - 1) / l->subBytes);
     l->nSub[k] = nSub;
     while (l->nSubPosted < nSub) {
-      size_t off = (size_t)l->nSubPosted * l->subBytes;
-      size_t n = payload - off < l->subBytes ? payload - off : l->subBytes;
       void** req = &l->reqs[k * (uint64_t)l->maxSub + (uint64_t)l->nSubPosted];
-      commResult_t res = p->iallreduce(l->collComm, sslot + COMM_SLOT_HDR_BYTES + off,
-                                       rslot + COMM_SLOT_HDR_BYTES + off, n / elt, (commDataType_t)sig.dtype,
-                                       (commRedOp_t)op, l->sendMh, l->recvMh, req);
-      if (res != commSuccess) return laneFail(l, res, "iallreduce");
+      commResult_t res = postSub(comm, l, &sig, sslot, rslot, bytes - COMM_SLOT_HDR_BYTES, l->nSubPosted, req);
+      if (res != commSuccess) return laneFail(l, res, "posting an operation");
       if (*req == NULL) break; /* the plugin cannot take it now */
       l->nSubPosted++;
     }
@@ -180,13 +228,13 @@ commResult_t commCollNetLaneProgress(struct commComm* comm, commCollNetLane* l) 
       if (*req == NULL) continue;
       int done = 0;
       commResult_t res = p->test(*req, &done, NULL);
-      if (res != commSuccess) return laneFail(l, res, "a reduction");
+      if (res != commSuccess) return laneFail(l, res, "a network operation");
       if (done) *req = NULL;
       else allDone = 0;
     }
     if (!allDone || l->completed == l->posted) break;
     memcpy(rSlots + k * comm->slotBytes, sSlots + k * comm->slotBytes, COMM_SLOT_HDR_BYTES);
-    COMM_STORE_RLX(&rc->sizes[k], COMM_LOAD_RLX(&sc->sizes[k]));
+    COMM_STORE_RLX(&rc->sizes[k], (uint64_t)(COMM_SLOT_HDR_BYTES + l->result[k]));
     l->completed++;
     COMM_STORE_REL(&rc->head, l->completed);
     COMM_STORE_REL(&sc->tail, l->completed);
