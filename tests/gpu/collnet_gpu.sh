@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # collnet_gpu.sh BUILD: device buffers through collnet (issue 20), on a GPU machine. test_gpu_coll -q -p 4 -H
 # (4 processes on GPU 0, each a host of its own; every collective, type and op checked against the host
-# executor, graph replays included) with collnet forced for allreduce, first over the example NCCL CollNet plugin
+# executor, graph replays included) with collnet forced for allreduce, allgather and reducescatter, first over the
+# example NCCL CollNet plugin
 # (tests/plugins/nccl_collnet_example.c), then over two comm_aggd servers on loopback. Every run must pass, and
-# the INFO logs must show collnet on for device buffers and device allreduce plans over CollNet.
+# the INFO logs must show collnet on for device buffers and device allreduce, allgather and reducescatter plans
+# over CollNet.
 # Exit: 0 pass; 1 fail; 77 (skip) without a CUDA device.
 # SPDX-License-Identifier: Apache-2.0
 set -uo pipefail
@@ -19,7 +21,7 @@ trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done' EXIT
 run() {
   local name=$1
   shift
-  env "$@" COMM_COLLNET_ENABLE=1 COMM_ALGO=allreduce:collnet COMM_DEBUG=INFO COMM_DEBUG_SUBSYS=INIT,COLLNET,TUNE,COLL \
+  env "$@" COMM_COLLNET_ENABLE=1 COMM_ALGO="allreduce:collnet;allgather:collnet;reducescatter:collnet" COMM_DEBUG=INFO COMM_DEBUG_SUBSYS=INIT,COLLNET,TUNE,COLL \
     COMM_DEBUG_FILE="$LOGS/$name.%p.log" COMM_TIMEOUT_MS=60000 "$B/tests/test_gpu_coll" -q -p 4 -H >"$LOGS/$name.out" 2>&1
   local rc=$?
   [[ $rc -eq 77 ]] && { echo "collnet_gpu: SKIP: $(tail -n 1 "$LOGS/$name.out")"; exit 77; }
@@ -28,12 +30,14 @@ run() {
     tail -n 15 "$LOGS/$name.out"
     return
   fi
-  local on plans
+  local on plans f
   on=$(cat "$LOGS/$name".*.log | grep -c "COLLNET : on: .*device buffers too")
-  plans=$(cat "$LOGS/$name".*.log | grep -cE "AllReduce: .* algo CollNet .*\(device buffers\)")
-  echo "collnet_gpu: $name: passed; collnet on for device buffers in $on rank communicators, $plans device allreduce plans over CollNet"
   [[ $on -ge 4 ]] || fail "$name: collnet for device buffers on in $on rank communicators, fewer than 4"
-  [[ $plans -gt 0 ]] || fail "$name: no device allreduce ran over CollNet"
+  for f in AllReduce AllGather ReduceScatter; do
+    plans=$(cat "$LOGS/$name".*.log | grep -cE "$f: .* algo CollNet .*\(device buffers\)")
+    echo "collnet_gpu: $name: passed; collnet on for device buffers in $on rank communicators, $plans device $f plans over CollNet"
+    [[ $plans -gt 0 ]] || fail "$name: no device $f ran over CollNet"
+  done
 }
 
 run example COMM_NET_PLUGIN="$B/tests/libnccl-collnet-example.so"

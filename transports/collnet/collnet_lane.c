@@ -201,8 +201,8 @@ commResult_t commCollNetLaneProgress(struct commComm* comm, commCollNetLane* l) 
     int nSub = 0;
     if (bytes < COMM_SLOT_HDR_BYTES || bytes > comm->slotBytes ||
         !slotPlan(comm, l, &sig, bytes - COMM_SLOT_HDR_BYTES, &nSub, &l->result[k])) {
-      WARN("COLLNET : channel %d: a slot of %zu bytes of %u with type %u and op %u cannot be done by the network "
-           "(%d members)",
+      WARN("COLLNET : channel %d: a slot of %zu bytes (collective %u, type %u, op %u) is no operation the network "
+           "does for %d members",
            l->channel, bytes, (unsigned)sig.func, (unsigned)sig.dtype, (unsigned)sig.op, comm->nNodes);
       return laneFail(l, commInternalError, "bad slot");
     }
