@@ -24,8 +24,9 @@
 #   netonly  NCCL_COLLNET_ENABLE=0 (the AggdTcp network alone), only when collnet failed.
 # For each it reports what the NCCL logs show: the NCCL version, the network plugin loaded and used, the CollNet
 # plugin loaded and connected, the algorithm of each allreduce, every NCCL WARN; and what comm_aggd logged. It
-# reports what it finds even when the rest is missing. AGGD_NCCL_PHASES="collnet tuned netonly" picks phases,
-# AGGD_NCCL_SIZES=1,1024,... the element counts.
+# reports what it finds even when the rest is missing (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,NET,COLL,TUNING and
+# GRAPH,ENV: AGGD_NCCL_SUBSYS replaces the list). AGGD_NCCL_PHASES="collnet tuned netonly" picks phases (netonly
+# runs when collnet did not pass or did not run), AGGD_NCCL_SIZES=1,1024,... the element counts.
 # Exit: 0 when the collnet phase passed with CollNet as the algorithm; 1 otherwise; 77 without torch or a GPU.
 # Run: bash -x tests/gpu/aggd_nccl.sh build/tools/aggd/comm_aggd build/libcomm-collnet-aggd.so [LOG_DIR]
 # (LOG_DIR default: $OUT/aggd_nccl when $OUT is set, else ./aggd_nccl-DATE). SPDX-License-Identifier: Apache-2.0
@@ -70,9 +71,9 @@ v = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
 print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", v)
 print("cuda available", torch.cuda.is_available(), "devices", torch.cuda.device_count(),
       torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-")
-roots = [os.path.dirname(torch.__file__), os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "nccl")]
-for r in roots:
-    for f in sorted(glob.glob(os.path.join(r, "**", "libnccl*.so*"), recursive=True)):
+here = os.path.dirname(torch.__file__)
+for d in (os.path.join(here, "lib"), os.path.join(here, "..", "nvidia", "nccl", "lib")):
+    for f in sorted(glob.glob(os.path.join(d, "libnccl*.so*"))):
         print("libnccl candidate", os.path.realpath(f))
 sys.exit(0 if torch.version.cuda and torch.cuda.is_available() else 3)
 EOF
@@ -230,16 +231,16 @@ report() {
   COLLP[$name]=no
   [[ $(grepl "$dir" "via COLLNET/|Connected CollNet" | cut -d: -f1 | sort -u | wc -l) -ge 2 ]] && COLLP[$name]=yes
   n=$(found "$dir" "Pattern [0-9]+, crossNic" 8)
-  say "graph search results (pattern 4 tree: CollNet chain when its line follows Ring/Tree): $n"
+  say "graph search results (pattern 4 ring, 3 tree; the CollNet graphs search as trees with one GPU): $n"
   show <"$dir/.found"
-  # "AllReduce: 4 Bytes -> Algo CollNetChain proto Simple ..." (2.23+: the function; before 2.26 the algorithm as a
-  # number: CollNetDirect 2, CollNetChain 3); only rank 0 logs it.
+  # "AllReduce: 4 Bytes -> Algo COLLNET_CHAIN proto SIMPLE ..." (2.26+: the name from ncclAlgoToString; 2.23+: the
+  # function first; before 2.26 the algorithm as a number: CollNetDirect 2, CollNetChain 3); only rank 0 logs it.
   n=$(found "$dir" "[0-9]+ Bytes -> Algo " 12)
   say "algorithm choices: $n"
   show <"$dir/.found"
-  ALGO[$name]=$(grepl "$dir" "[0-9]+ Bytes -> Algo " | sed -nE 's/.*-> Algo ([A-Za-z0-9]+) .*/\1/p' | sort | uniq -c |
+  ALGO[$name]=$(grepl "$dir" "[0-9]+ Bytes -> Algo " | sed -nE 's/.*-> Algo ([A-Za-z0-9_]+) .*/\1/p' | sort | uniq -c |
     awk '{printf "%s%s x%s", (NR > 1 ? ", " : ""), $2, $1}')
-  COLLALGO[$name]=$(grepl "$dir" "[0-9]+ Bytes -> Algo (CollNetChain|CollNetDirect|2|3) " | wc -l)
+  COLLALGO[$name]=$(grepl "$dir" "[0-9]+ Bytes -> Algo ([Cc]oll[Nn]et(Chain|Direct)|COLLNET_(CHAIN|DIRECT)|2|3) " | wc -l)
   say "algorithms: ${ALGO[$name]:-none logged}; over CollNet: ${COLLALGO[$name]}"
   n=$(found "$dir" "NCCL WARN| WARN " 10)
   say "NCCL WARN lines: $n"
@@ -276,6 +277,7 @@ ok=0
 if [[ ${RESULT[collnet]:-} == PASS && ${COLLP[collnet]:-} == yes && ${COLLALGO[collnet]:-0} -gt 0 ]]; then
   ok=1
 fi
+tar -czf "$LOGS.tgz" -C "$(dirname "$LOGS")" "$(basename "$LOGS")" 2>/dev/null && say "all logs also in $LOGS.tgz"
 say "==== NCCL ${NCCL_VERSION:-?}:"
 for phase in collnet tuned netonly; do
   [[ -n ${RESULT[$phase]:-} ]] || continue
