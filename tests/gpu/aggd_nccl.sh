@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# aggd_nccl.sh COMM_AGGD LIBCOMM_COLLNET_AGGD [LOG_DIR]
+# aggd_nccl.sh COMM_AGGD LIBCOMM_COLLNET_AGGD [LOG_DIR]   (or aggd_nccl.sh BUILD_DIR, as run_on_gpu.sh calls it)
 #
 # NVIDIA's NCCL (the one PyTorch bundles) running allreduce over libcomm's software SHARP: NCCL loads
 # libcomm-collnet-aggd.so as its network plugin (NCCL_NET_PLUGIN), takes the AggdTcp network and the aggd CollNet
@@ -31,8 +31,10 @@
 # Run: bash -x tests/gpu/aggd_nccl.sh build/tools/aggd/comm_aggd build/libcomm-collnet-aggd.so [LOG_DIR]
 # (LOG_DIR default: $OUT/aggd_nccl when $OUT is set, else ./aggd_nccl-DATE). SPDX-License-Identifier: Apache-2.0
 set -uo pipefail
+# run_on_gpu.sh calls scripts with the build folder alone: its comm_aggd and library.
+if [[ $# -eq 1 && -d $1 ]]; then set -- "$1/tools/aggd/comm_aggd" "$1/libcomm-collnet-aggd.so"; fi
 if [[ $# -lt 2 || ! -x $1 || ! -f $2 ]]; then
-  echo "usage: $0 PATH/comm_aggd PATH/libcomm-collnet-aggd.so [LOG_DIR]" >&2
+  echo "usage: $0 PATH/comm_aggd PATH/libcomm-collnet-aggd.so [LOG_DIR], or $0 BUILD_DIR" >&2
   exit 2
 fi
 AGGD=$(realpath "$1")

@@ -10,7 +10,7 @@
 #  2b. IB over the fake claiming GPUDirect RDMA but refusing every registration of GPU memory
 #     (COMM_IB_FAKE=2:ib:gdrfail): the "GPUDirect RDMA is off" WARN, slots in host memory, and a pass;
 #  3. Socket: slots in pinned host memory ("the network plugin cannot reach GPU memory");
-#  4. an NCCL network plugin through the adapter (tests/plugins/nccl_net_example.c, TCP, host memory only), when
+#  4. an NCCL network plugin through the adapter (transports/collnet/aggd/aggd_net.c, TCP, host memory only), when
 #     BUILD_DIR/tests/libnccl-net-example.so exists: slots in pinned host memory, the plugin loaded.
 # The verbs fake is the module BUILD_DIR/tests/libcomm-verbs-fake.so (tests/fakes/ib_verbs/), given to libcomm
 # as COMM_IB_FAKE_LIB; without it the IB runs fail.

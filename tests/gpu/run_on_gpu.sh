@@ -44,7 +44,7 @@ TESTS=("tests/test_gpu_reduce" "tests/test_gpu_comm_device" "tests/test_gpu_coll
        "COMM_P2P_DISABLE=1 tests/test_gpu_coll -q -n 2,4" "tests/test_gpu_coll -q -g 2 -p 2 -H"
        "tests/gpu/net_gdr_fake.sh" "COMM_DEV_LL_BATCH=1 tests/test_gpu_coll -q -n 2,4"
        "COMM_P2P_DISABLE=1 COMM_DEV_LL_MAX=1048576 tests/test_gpu_coll -q -n 2,8" "tests/test_gpu_mismatch"
-       "tests/gpu/collnet_gpu.sh")
+       "tests/gpu/collnet_gpu.sh" "tests/gpu/aggd_nccl.sh")
 # compute-sanitizer runs on a representative subset: memcheck on these, racecheck (shared memory) too. It
 # runs the kernels of one process one at a time, so ranks that wait on each other are processes here.
 SANITIZED=("tests/test_gpu_coll -q -n 1" "tests/test_gpu_coll -q -p 2")

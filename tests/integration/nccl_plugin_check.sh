@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # nccl_plugin_check.sh MP_COLLS PLUGIN_V8 PLUGIN_V9 PLUGIN_V10 PLUGIN_V7
 # NCCL network plugins in libcomm (transports/net/nccl/net_nccl.c): runs mp_colls with COMM_NET_PLUGIN naming the
-# example plugins of tests/plugins/nccl_net_example.c and checks, from every rank's INFO log, that
+# example plugins (transports/collnet/aggd/aggd_net.c built as ExampleTcp) and checks, from every rank's INFO log,
+# that
 #  - the adapter loaded the expected NCCL plugin version (its INFO line "loaded NCCL net plugin NAME
 #    (ncclNetPlugin_vN)"), and the plugin's own log lines came through the adapter's logger;
 #  - every connection went "via NET(ExampleTcp)" (each forked rank is its own host with -rph 1; ranks that
