@@ -93,6 +93,10 @@ for what in server rank4 rank5; do
   echo "cluster_collnet: $what killed: $got of $want ranks ended with an error, all within ${secs} s"
   [[ $got -ge $want ]] || { fail "$what: only $got of $want ranks ended with an error"; tail -n 3 "$LOGS/$what"/out/rank*.log; }
   [[ $secs -le 60 ]] || fail "$what: the ranks took $secs s to end (timeouts 20 s)"
+  # a leader gone: the servers name it by member index, the lane's WARN maps the indices to ranks
+  if [[ $what == rank4 && $(infoHas rank4 "group of channel [0-9]* (members 0, 1, ... are ranks [0-9,]*) failed") -eq 0 ]]; then
+    fail "rank4: no WARN of a failed collnet group naming its members' ranks"
+  fi
 done
 
 # 4. servers unreachable before init: collnet off everywhere, named, the job correct over CollTree.

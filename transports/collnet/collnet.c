@@ -130,6 +130,14 @@ static commResult_t cnPrepare(struct commComm* comm, struct commCollNetState* st
   return commSuccess;
 }
 
+static void cnMembersLine(const struct commComm* comm, const int* members, char* buf, size_t n) {
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int v = 0; v < comm->nNodes && len + 12 < n; v++)
+    len += (size_t)snprintf(buf + len, n - len, "%s%d", v ? "," : "", members[v]);
+  if (comm->nNodes > 0 && len + 12 >= n) snprintf(buf + len, n - len, ",...");
+}
+
 /* Round 2 at a member: form lane `l`'s group on every channel and make its FIFOs. */
 static commResult_t cnConnectLane(struct commComm* comm, struct commCollNetState* st, int nCh, const int* members,
                                   char* all, int l, char* why, size_t whyLen) {
@@ -151,6 +159,7 @@ static commResult_t cnConnectLane(struct commComm* comm, struct commCollNetState
     st->plugin->closeListen(lane->listenComm);
     lane->listenComm = NULL;
     res = commCollNetLaneMake(comm, st, lane, c, l == CN_LANE_DEVICE, why, whyLen);
+    cnMembersLine(comm, members + (size_t)c * (size_t)comm->nNodes, lane->members, sizeof(lane->members));
   }
   free(handles);
   return res;
@@ -192,14 +201,6 @@ static int cnUniformNodes(const struct commComm* comm) {
     if (k != m) return 0;
   }
   return 1;
-}
-
-static void cnMembersLine(const struct commComm* comm, const int* members, char* buf, size_t n) {
-  size_t len = 0;
-  buf[0] = '\0';
-  for (int v = 0; v < comm->nNodes && len + 12 < n; v++)
-    len += (size_t)snprintf(buf + len, n - len, "%s%d", v ? "," : "", members[v]);
-  if (comm->nNodes > 0 && len + 12 >= n) snprintf(buf + len, n - len, ",...");
 }
 
 commResult_t commCollNetSetup(struct commComm* comm, int nCh, const int* members) {

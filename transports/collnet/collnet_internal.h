@@ -39,6 +39,7 @@ typedef struct commCollNetLane {
   int* nSub;          /* [nSlots]: operations of each slot */
   size_t* result;     /* [nSlots]: bytes of each slot's result (collnet_lane.c's slotPlan) */
   int failed;         /* commResult_t of the first failure */
+  char members[96];   /* the group's ranks in member (node) order, for WARNs: a plugin names members by index */
 } commCollNetLane;
 
 typedef struct {

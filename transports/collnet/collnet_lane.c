@@ -125,8 +125,8 @@ static int netOp(const commOpSig* sig) {
 static commResult_t laneFail(commCollNetLane* l, commResult_t res, const char* what) {
   if (!l->failed) {
     l->failed = res;
-    WARN("COLLNET : the %s group of channel %d failed: %s (%s): %s", l->onDevice ? "device" : "host", l->channel, what,
-         commGetErrorString(res), commLogLastWarn());
+    WARN("COLLNET : the %s group of channel %d (members 0, 1, ... are ranks %s) failed: %s (%s): %s",
+         l->onDevice ? "device" : "host", l->channel, l->members, what, commGetErrorString(res), commLogLastWarn());
     COMM_STORE_REL(&ctrlOf(l->sendArea)->devFailed, 1u); /* a kernel waiting on the lane sees it */
     COMM_STORE_REL(&ctrlOf(l->recvArea)->devFailed, 1u);
   }
