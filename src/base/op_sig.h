@@ -39,5 +39,9 @@ typedef struct {
 #define COMM_SIG_OP_USER 0xfe
 #define COMM_SIG_OP_NONE 0xff
 #define COMM_SLOT_HDR_BYTES 32
+#ifdef __cplusplus /* the CUDA executor's kernels include it through schedule.h */
+static_assert(sizeof(commOpSig) == COMM_SLOT_HDR_BYTES, "the slot header is the signature");
+#else
 _Static_assert(sizeof(commOpSig) == COMM_SLOT_HDR_BYTES, "the slot header is the signature");
+#endif
 #endif
