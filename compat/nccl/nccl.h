@@ -6,6 +6,23 @@
 #ifndef NCCL_H_
 #define NCCL_H_
 
+/* CUDA's headers where the compiler can find them (nvcc, or -I.../cuda/include), as NVIDIA's nccl.h includes
+ * them: the runtime, half precision, bfloat16 from CUDA 11.0, and in C++ the float8 types from CUDA 11.8. So a
+ * program that includes nccl.h and then calls cudaMalloc compiles as it does with NVIDIA's header. Where they
+ * cannot be found (a host-only program) nccl.h stands alone; COMM_NCCL_NO_CUDA_HEADERS leaves them out. */
+#if !defined(COMM_NCCL_NO_CUDA_HEADERS) && defined(__has_include)
+#if __has_include(<cuda_runtime.h>)
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#if CUDART_VERSION >= 11000
+#include <cuda_bf16.h>
+#endif
+#if defined(__cplusplus) && CUDART_VERSION >= 11080
+#include <cuda_fp8.h>
+#endif
+#endif
+#endif
+
 #include <limits.h>
 #include <stddef.h>
 
@@ -20,8 +37,8 @@
 extern "C" {
 #endif
 
-/* cudaStream_t, without CUDA's headers when they are not included first. */
-#ifndef __CUDA_RUNTIME_H__
+/* cudaStream_t (CUDA's type: a pointer to an opaque struct) where CUDA's headers were not included. */
+#if !defined(__CUDA_RUNTIME_H__) && !defined(CUDART_VERSION)
 typedef struct CUstream_st* cudaStream_t;
 #endif
 
