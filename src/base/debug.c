@@ -22,6 +22,8 @@ static __thread int logRank = -1;
 static __thread char lastWarn[512];
 static __thread char firstWarn[512]; /* since the last commLogClearLastWarn */
 
+/* libcomm's names, then NCCL's (NCCL_DEBUG_SUBSYS; accepted in COMM_DEBUG_SUBSYS too): GRAPH and the rest;
+ * a bit of 0: libcomm has no such lines. */
 static const struct {
   const char* name;
   unsigned long bit;
@@ -33,9 +35,19 @@ static const struct {
     {"IB", COMM_IB},       {"COLLNET", COMM_COLLNET},
     {"PROXY", COMM_PROXY}, {"EXEC", COMM_EXEC},
     {"ENV", COMM_ENV},     {"ALL", COMM_ALLSUBSYS},
+    {"GRAPH", COMM_TOPO},  {"TUNING", COMM_TUNE},
+    {"CALL", COMM_COLL},   {"DESTROY", COMM_INIT},
+    {"ALLOC", 0},          {"ALLOC_HOST", 0},
+    {"NVLS", 0},           {"REG", 0},
+    {"PROFILE", 0},        {"RAS", 0},
 };
 
-static unsigned long parseSubsys(const char* s) {
+/* NCCL_DEBUG_SUBSYS's NET covers all of NCCL's networks: libcomm's NET, IB and COLLNET. */
+#define NCCL_NET_BITS (COMM_NET | COMM_IB | COMM_COLLNET)
+/* NCCL_DEBUG without NCCL_DEBUG_SUBSYS logs NCCL's default subsystems. */
+#define NCCL_DEFAULT_SUBSYS (COMM_INIT | COMM_BOOTSTRAP | COMM_ENV)
+
+static unsigned long parseSubsys(const char* s, int nccl) {
   if (s == NULL || *s == '\0') return COMM_ALLSUBSYS;
   int invert = 0;
   if (*s == '^') {
@@ -50,12 +62,13 @@ static unsigned long parseSubsys(const char* s) {
     for (size_t i = 0; i < sizeof(subsysNames) / sizeof(subsysNames[0]); i++) {
       if (strcasecmp(tok, subsysNames[i].name) == 0) mask |= subsysNames[i].bit;
     }
+    if (nccl && strcasecmp(tok, "NET") == 0) mask |= NCCL_NET_BITS;
   }
   return invert ? ~mask : mask;
 }
 
-/* Expand %h (host) and %p (pid) in COMM_DEBUG_FILE. */
-static void openLogFile(const char* pattern) {
+/* Expand %h (host), %p (process id) and %% in COMM_DEBUG_FILE; any other %X stays as it is (as NCCL does). */
+static void openLogFile(const char* pattern, const char* var) {
   char path[1024];
   size_t o = 0;
   for (const char* p = pattern; *p && o + 64 < sizeof(path); p++) {
@@ -64,6 +77,9 @@ static void openLogFile(const char* pattern) {
       p++;
     } else if (p[0] == '%' && p[1] == 'p') {
       o += snprintf(path + o, sizeof(path) - o, "%d", (int)getpid());
+      p++;
+    } else if (p[0] == '%' && p[1] == '%') {
+      path[o++] = '%';
       p++;
     } else {
       path[o++] = *p;
@@ -75,42 +91,66 @@ static void openLogFile(const char* pattern) {
     setvbuf(f, NULL, _IOLBF, 0);
     logFile = f;
   } else {
-    fprintf(stderr, "COMM WARN could not open COMM_DEBUG_FILE %s, logging to stderr\n", path);
+    fprintf(stderr, "COMM WARN could not open %s %s, logging to stderr\n", var, path);
   }
 }
 
+static int logSourcesPending; /* the INFO lines saying which variables set up logging, once it is set up */
+
+/* Called with logLock held: reads the variables without any log line (commParamLookup). */
 static void logInitLocked(void) {
-  const char* level = getenv("COMM_DEBUG");
+  const char *lvlVar, *subVar, *fileVar;
+  const char* level = commParamLookup("COMM_DEBUG", &lvlVar);
   int lvl = COMM_LOG_WARN;
-  if (level != NULL && *level) {
+  if (level != NULL) {
     if (strcasecmp(level, "NONE") == 0) lvl = COMM_LOG_NONE;
     else if (strcasecmp(level, "WARN") == 0 || strcasecmp(level, "VERSION") == 0) lvl = COMM_LOG_WARN;
-    else if (strcasecmp(level, "INFO") == 0) lvl = COMM_LOG_INFO;
+    else if (strcasecmp(level, "INFO") == 0 || strcasecmp(level, "ABORT") == 0) lvl = COMM_LOG_INFO;
     else if (strcasecmp(level, "TRACE") == 0) lvl = COMM_LOG_TRACE;
-    else fprintf(stderr, "COMM WARN COMM_DEBUG=%s is not one of NONE, WARN, INFO, TRACE; using WARN\n", level);
+    else fprintf(stderr, "COMM WARN %s=%s is not one of NONE, WARN, INFO, TRACE; using WARN\n", lvlVar, level);
   }
-  logSubsys = parseSubsys(getenv("COMM_DEBUG_SUBSYS"));
+  const char* subsys = commParamLookup("COMM_DEBUG_SUBSYS", &subVar);
+  int ncclSubsys = subVar != NULL && strncmp(subVar, "NCCL_", 5) == 0;
+  int ncclLevel = lvlVar != NULL && strncmp(lvlVar, "NCCL_", 5) == 0;
+  logSubsys = subsys      ? parseSubsys(subsys, ncclSubsys)
+              : ncclLevel ? (unsigned long)NCCL_DEFAULT_SUBSYS
+                          : (unsigned long)COMM_ALLSUBSYS;
   if (gethostname(logHost, sizeof(logHost)) != 0) snprintf(logHost, sizeof(logHost), "unknown");
   logHost[sizeof(logHost) - 1] = '\0';
   char* dot = strchr(logHost, '.');
   if (dot) *dot = '\0';
   if (logFile != NULL && logFile != stderr) fclose(logFile);
   logFile = stderr;
-  const char* file = getenv("COMM_DEBUG_FILE");
-  if (file != NULL && *file) openLogFile(file);
+  const char* file = commParamLookup("COMM_DEBUG_FILE", &fileVar);
+  if (file != NULL) openLogFile(file, fileVar);
+  logSourcesPending = 1;
   __atomic_store_n(&commLogLevel, lvl, __ATOMIC_RELEASE);
+}
+
+/* After logInitLocked, without the lock: which of the logging variables came from NCCL's names. */
+static void logSources(void) {
+  pthread_mutex_lock(&logLock);
+  int pending = logSourcesPending;
+  logSourcesPending = 0;
+  pthread_mutex_unlock(&logLock);
+  if (!pending) return;
+  commParamLogSource("COMM_DEBUG", NULL);
+  commParamLogSource("COMM_DEBUG_SUBSYS", NULL);
+  commParamLogSource("COMM_DEBUG_FILE", NULL);
 }
 
 void commLogInit(void) {
   pthread_mutex_lock(&logLock);
   if (commLogLevel < 0) logInitLocked();
   pthread_mutex_unlock(&logLock);
+  logSources();
 }
 
 void commLogReset(void) {
   pthread_mutex_lock(&logLock);
   logInitLocked();
   pthread_mutex_unlock(&logLock);
+  logSources();
 }
 
 void commLogSetRank(int rank) { logRank = rank; }

@@ -416,6 +416,7 @@ COMM_API commResult_t commInitRankConfig(comm_t* newcomm, int nranks, commUnique
     return commDeferCall(&call, deferredInit, 0);
   }
   commLogSetRank(rank);
+  commParamWarnNccl(); /* NCCL variables libcomm does not provide: one WARN each, once per process */
   commResult_t res = commSuccess;
   struct commComm* comm = NULL;
   if (newcomm == NULL) {
@@ -449,7 +450,7 @@ COMM_API commResult_t commInitRankConfig(comm_t* newcomm, int nranks, commUnique
   /* The device this rank uses, as NCCL binds a communicator to the caller's current device: it places the
    * rank in the topology (its GPU, and the NIC nearest to it). -1 for host-only programs. */
   comm->cudaDev = commCudaCurrentDevice();
-  comm->blocking = 1;
+  comm->blocking = (int)commParamInt("COMM_BLOCKING", 1, 0, 1); /* or NCCL_COMM_BLOCKING; the config wins */
   if (CONFIG_HAS(config, blocking) && config->blocking != COMM_CONFIG_UNDEF_INT) comm->blocking = config->blocking;
   comm->timeoutMs = commParamInt("COMM_TIMEOUT_MS", COMM_DEFAULT_TIMEOUT_MS, -1, INT64_MAX / 1000000);
   if (CONFIG_HAS(config, timeoutMs) && config->timeoutMs != COMM_CONFIG_UNDEF_INT) comm->timeoutMs = config->timeoutMs;

@@ -85,6 +85,8 @@ size_t commTuneChunkBytes(const commTuneModel* m, int proto);
  * ignored; a collective left with nothing allowed keeps every choice (and WARNs). NULL or "" allows all. */
 void commTuneParseAlgo(const char* spec, uint32_t allow[commNumFuncs]);
 void commTuneParseProto(const char* spec, uint32_t allow[commNumFuncs]);
+/* The same, for the variable `var` gave the spec (WARNs name it): NCCL_ALGO / NCCL_PROTO read NCCL's names. */
+void commTuneParseVar(const char* var, int isAlgo, const char* spec, uint32_t allow[commNumFuncs]);
 
 typedef struct {
   int algo;  /* commAlgo_t */

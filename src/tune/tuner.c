@@ -33,6 +33,37 @@ static int lookup(const char* const* keys, int nKeys, const char* s, size_t len)
   return -1;
 }
 
+/* NCCL's names (NCCL_ALGO, NCCL_PROTO; accepted in COMM_ALGO and COMM_PROTO too): the choices each one
+ * stands for, or 0 with what libcomm lacks. NCCL's Tree (chains inside nodes, a double binary tree across
+ * them) is libcomm's tree and colltree, but only in NCCL_ALGO: in COMM_ALGO "tree" is libcomm's tree. */
+static const struct {
+  int isAlgo;
+  const char* name;
+  uint32_t bits;
+  const char* lacks;
+} ncclChoices[] = {
+    {1, "collnetdirect", 1u << commAlgoCollNet, NULL}, {1, "collnetchain", 1u << commAlgoCollNet, NULL},
+    {1, "nvls", 0, "libcomm has no NVLink SHARP"},     {1, "nvlstree", 0, "libcomm has no NVLink SHARP"},
+    {0, "ll128", 0, "libcomm has no LL128 protocol"},
+};
+
+/* The choices s[0..len) names, as bits; 0 with *lacks set for an NCCL name libcomm does not have; 0 with
+ * *lacks NULL for an unknown name. */
+static uint32_t nameBits(const char* var, int isAlgo, const char* s, size_t len, const char** lacks) {
+  *lacks = NULL;
+  if (isAlgo && strncmp(var, "NCCL_", 5) == 0 && len == 4 && strncasecmp(s, "tree", 4) == 0)
+    return 1u << commAlgoTree | 1u << commAlgoCollTree;
+  int i = lookup(isAlgo ? algoKeys : protoKeys, isAlgo ? commNumAlgos : commNumProtos, s, len);
+  if (i >= 0) return 1u << i;
+  for (size_t k = 0; k < sizeof(ncclChoices) / sizeof(ncclChoices[0]); k++) {
+    if (ncclChoices[k].isAlgo != isAlgo || strlen(ncclChoices[k].name) != len) continue;
+    if (strncasecmp(ncclChoices[k].name, s, len) != 0) continue;
+    *lacks = ncclChoices[k].lacks;
+    return ncclChoices[k].bits;
+  }
+  return 0;
+}
+
 static int tunedFunc(int f) { return f != commFuncSendRecv; }
 
 /* Does choice i (algorithm or protocol) exist for f? Protocols exist for every tuned collective. */
@@ -47,7 +78,6 @@ static void trim(const char** s, const char** e) {
 
 /* One "[func:][^]name,name" item. */
 static void parseItem(const char* var, int isAlgo, const char* s, const char* e, uint32_t allow[commNumFuncs]) {
-  const char* const* keys = isAlgo ? algoKeys : protoKeys;
   const int nKeys = isAlgo ? commNumAlgos : commNumProtos;
   const char* (*nameOf)(int) = isAlgo ? commAlgoName : commProtoName;
   trim(&s, &e);
@@ -80,13 +110,22 @@ static void parseItem(const char* var, int isAlgo, const char* s, const char* e,
     const char* ns = s;
     trim(&ns, &ne);
     if (ns < ne) {
-      int i = lookup(keys, nKeys, ns, (size_t)(ne - ns));
-      if (i < 0) {
+      const char* lacks;
+      uint32_t bits = nameBits(var, isAlgo, ns, (size_t)(ne - ns), &lacks);
+      uint32_t fits = bits;
+      for (int i = 0; i < nKeys; i++)
+        if ((bits >> i & 1u) && func >= 0 && !supports(isAlgo, i, func)) fits &= ~(1u << i);
+      if (bits == 0 && lacks && exclude) {
+        /* excluding what libcomm does not have asks for what it does anyway */
+      } else if (bits == 0 && lacks) {
+        WARN_NOTICE("%s: %.*s is not provided (%s): ignored", var, (int)(ne - ns), ns, lacks);
+      } else if (bits == 0) {
         WARN_NOTICE("%s: unknown %s '%.*s': ignored", var, isAlgo ? "algorithm" : "protocol", (int)(ne - ns), ns);
-      } else if (func >= 0 && !supports(isAlgo, i, func)) {
-        WARN_NOTICE("%s: %s does not implement %s: ignored", var, nameOf(i), commFuncName((commFunc_t)func));
+      } else if (fits == 0) {
+        WARN_NOTICE("%s: %s does not implement %s: ignored", var, nameOf(__builtin_ctz(bits)),
+                    commFuncName((commFunc_t)func));
       } else {
-        listed |= 1u << i;
+        listed |= fits;
       }
     }
     s = comma ? comma + 1 : e;
@@ -128,6 +167,9 @@ static void parseSpec(const char* var, int isAlgo, const char* spec, uint32_t al
 
 void commTuneParseAlgo(const char* spec, uint32_t allow[commNumFuncs]) { parseSpec("COMM_ALGO", 1, spec, allow); }
 void commTuneParseProto(const char* spec, uint32_t allow[commNumFuncs]) { parseSpec("COMM_PROTO", 0, spec, allow); }
+void commTuneParseVar(const char* var, int isAlgo, const char* spec, uint32_t allow[commNumFuncs]) {
+  parseSpec(var, isAlgo, spec, allow);
+}
 
 /* ---------------------------------------------------------------- tuner plugin */
 
@@ -251,8 +293,10 @@ commResult_t commTunerInit(struct commComm* comm) {
        "TUNER : %d ranks, %d nodes, at most %d per node, %d NIC(s) and %d cores per node; links intra=%s inter=net",
        comm->nRanks, comm->nNodes, maxLocal, t->model.nicsPerNode, t->model.coresPerNode,
        comm->shmDisable ? "net" : "shm");
-  commTuneParseAlgo(commParamStr("COMM_ALGO", NULL), t->allowAlgo);
-  commTuneParseProto(commParamStr("COMM_PROTO", NULL), t->allowProto);
+  const char* algo = commParamStr("COMM_ALGO", NULL);
+  const char* proto = commParamStr("COMM_PROTO", NULL);
+  commTuneParseVar(algo ? commParamSource("COMM_ALGO") : "COMM_ALGO", 1, algo, t->allowAlgo);
+  commTuneParseVar(proto ? commParamSource("COMM_PROTO") : "COMM_PROTO", 0, proto, t->allowProto);
   /* COMM_ALGO asks for collnet (among fewer than all) where the groups cannot run it: allreduce runs CollTree
    * in its place, allgather and reducescatter what the tuner picks among the rest. */
   uint32_t all[commNumFuncs];

@@ -10,7 +10,8 @@
 #  3. the network and the CollNet of the library together (COMM_AGGD: one comm_aggd on 127.0.0.1,
 #     COMM_COLLNET_ENABLE=1, COMM_ALGO=allreduce:collnet), 4 hosts of one rank: every connection via
 #     NET(AggdTcp), collnet on, allreduces over CollNet, all passing;
-#  4. NCCL_SOCKET_IFNAME naming no interface: the plugin WARNs, libcomm falls back to its Socket network (WARN).
+#  4. NCCL_SOCKET_IFNAME naming no interface: the plugin WARNs, libcomm falls back to its Socket network (WARN;
+#     COMM_SOCKET_IFNAME=lo keeps libcomm's own interface, as libcomm reads NCCL_SOCKET_IFNAME too).
 # KEEP_LOGS=1 keeps the logs. SPDX-License-Identifier: Apache-2.0
 set -uo pipefail
 MP=${1:?usage: aggd_net_check.sh MP_COLLS COMM_AGGD LIBCOMM_COLLNET_AGGD}
@@ -127,8 +128,9 @@ elif run collnet.np4 COMM_AGGD="$addr" COMM_AGGD_PLUGIN="$LIB" COMM_COLLNET_ENAB
   if has collnet.np4 -F "COLLNET : off on every rank"; then fail "collnet.np4: collnet went off"; fi
 fi
 
-# 4. No interface matches: the plugin says so and libcomm runs on its Socket network.
-if run noif.np2 NCCL_SOCKET_IFNAME=nosuchif0 -- -np 2 -rph 1 -q; then
+# 4. No interface matches: the plugin says so and libcomm runs on its Socket network. (libcomm reads
+# NCCL_SOCKET_IFNAME too, for COMM_SOCKET_IFNAME: COMM_SOCKET_IFNAME=lo, which wins, keeps it an interface.)
+if run noif.np2 NCCL_SOCKET_IFNAME=nosuchif0 COMM_SOCKET_IFNAME=lo -- -np 2 -rph 1 -q; then
   check_net noif.np2 Socket
   has noif.np2 -F "NCCL_SOCKET_IFNAME=nosuchif0: no IPv4 interface that is up matches" ||
     fail "noif.np2: no WARN of the plugin about NCCL_SOCKET_IFNAME"

@@ -10,9 +10,11 @@
 #  - the same with COMM_IB_QPS_PER_CONNECTION=4 (the plugin logs 4 QPs per connection);
 #  - COMM_IB_FAKE=2:roce without COMM_NET: the automatic choice is IB (RoCE v2 fake devices);
 #  - without COMM_IB_FAKE on a machine with no RDMA device: the automatic choice is Socket, with the INFO
-#    line giving the reason; and COMM_NET=IB there is a WARN and falls back to Socket, collectives passing;
+#    line giving the reason; and COMM_NET=IB (or NCCL_NET=ib) there fails init with a WARN saying why, as NCCL
+#    does (no fallback);
 #  - COMM_IB_FAKE with a module that cannot be loaded: a WARN saying so, IB not used (the automatic choice is
-#    Socket with the reason; COMM_NET=IB WARNs and falls back to Socket).
+#    Socket with the reason; COMM_NET=IB fails init with the reason);
+#  - NCCL_IB_DISABLE=1 over the fake: Socket (INFO line); COMM_IB_DISABLE=1 with COMM_NET=IB fails init.
 # IB_BUILT is 1 when the library has the IB transport (COMM_HAVE_IBVERBS); otherwise the test is skipped (77).
 # SPDX-License-Identifier: Apache-2.0
 set -uo pipefail
@@ -31,7 +33,7 @@ LOGS=$(mktemp -d "${TMPDIR:-/tmp}/ib_fake_check.XXXXXX")
 trap 'if [[ -n "${KEEP_LOGS:-}" ]]; then echo "ib_fake_check: logs kept in $LOGS"; else rm -rf "$LOGS"; fi' EXIT
 # Only what each run sets below may steer the choice.
 unset COMM_NET COMM_NET_PLUGIN COMM_IB_FAKE COMM_IB_FAKE_LIB COMM_IB_HCA COMM_IB_QPS_PER_CONNECTION COMM_DEBUG_SUBSYS \
-  COMM_DEBUG_FILE COMM_HOSTID
+  COMM_DEBUG_FILE COMM_HOSTID COMM_IB_DISABLE NCCL_NET NCCL_NET_PLUGIN NCCL_IB_HCA NCCL_IB_DISABLE NCCL_HOSTID
 
 fails=0
 fail() { echo "ib_fake_check: FAIL: $*"; fails=$((fails + 1)); }
@@ -52,6 +54,26 @@ run() {
     return 1
   fi
   echo "ib_fake_check: $name: mp_colls passed"
+  return 0
+}
+
+# run_fails NAME [VAR=VALUE...] -- MP_COLLS ARGS: mp_colls must fail init (exit status 2, a commInitRank
+# failure) instead of running anything; its log in $LOGS/NAME.log, its output in $LOGS/NAME.out.
+run_fails() {
+  local name=$1
+  shift
+  local envs=()
+  while [[ $# -gt 0 && $1 != -- ]]; do envs+=("$1"); shift; done
+  shift
+  env ${envs[@]+"${envs[@]}"} COMM_SHM_DISABLE=1 COMM_DEBUG=INFO COMM_DEBUG_FILE="$LOGS/$name.log" \
+    COMM_TIMEOUT_MS=60000 "$MP" -w 240 "$@" >"$LOGS/$name.out" 2>&1
+  local status=$?
+  if [[ $status -ne 2 ]] || ! grep -q "commInitRank returned 5 " "$LOGS/$name.out"; then
+    fail "$name: mp_colls exited with $status, not an init failure (commInvalidUsage); the end of its output:"
+    tail -n 20 "$LOGS/$name.out"
+    return 1
+  fi
+  echo "ib_fake_check: $name: init failed as it must"
   return 0
 }
 
@@ -104,7 +126,7 @@ if run ib.roce.auto COMM_IB_FAKE=2:roce COMM_IB_FAKE_LIB="$FAKE" -- -np 4 -t -q;
     fail "ib.roce.auto: no INFO line saying the automatic choice was IB"
 fi
 
-# 4. Without the fake on a machine with no RDMA device: Socket, with the reason; COMM_NET=IB falls back.
+# 4. Without the fake on a machine with no RDMA device: Socket, with the reason; COMM_NET=IB fails init.
 if compgen -G "/sys/class/infiniband/*" >/dev/null; then
   echo "ib_fake_check: this machine has RDMA devices (/sys/class/infiniband): the no-device checks are skipped"
 else
@@ -115,10 +137,13 @@ else
     echo "ib_fake_check: socket.auto: $(grep -m1 -o "NET : using the built-in Socket network (automatic.*" \
       "$LOGS/socket.auto.log")"
   fi
-  if run socket.forced_ib COMM_NET=IB -- -np 2 -t -q; then
-    check_net socket.forced_ib Socket
-    has socket.forced_ib -F "COMM WARN NET : COMM_NET=IB but IB cannot be used: " ||
+  if run_fails socket.forced_ib COMM_NET=IB -- -np 2 -t -q; then
+    has socket.forced_ib -F "COMM WARN NET : COMM_NET=IB, but IB cannot be used: " ||
       fail "socket.forced_ib: no WARN saying why IB could not be used"
+  fi
+  if run_fails socket.forced_ib_nccl NCCL_NET=ib -- -np 2 -t -q; then
+    has socket.forced_ib_nccl -F "COMM WARN NET : NCCL_NET=ib, but IB cannot be used: " ||
+      fail "socket.forced_ib_nccl: no WARN naming NCCL_NET saying why IB could not be used"
   fi
 fi
 
@@ -131,10 +156,20 @@ if run nolib.auto COMM_IB_FAKE=2 COMM_IB_FAKE_LIB="$nolib" -- -np 2 -t -q; then
   has nolib.auto -F "NET : using the built-in Socket network (automatic: IB cannot be used: COMM_IB_FAKE=2 but" ||
     fail "nolib.auto: no INFO line giving the module as the reason for the automatic choice of Socket"
 fi
-if run nolib.forced_ib COMM_IB_FAKE=2 COMM_IB_FAKE_LIB="$nolib" COMM_NET=IB -- -np 2 -t -q; then
-  check_net nolib.forced_ib Socket
-  has nolib.forced_ib -F "COMM WARN NET : COMM_NET=IB but IB cannot be used: COMM_IB_FAKE=2 but" ||
+if run_fails nolib.forced_ib COMM_IB_FAKE=2 COMM_IB_FAKE_LIB="$nolib" COMM_NET=IB -- -np 2 -t -q; then
+  has nolib.forced_ib -F "COMM WARN NET : COMM_NET=IB, but IB cannot be used: COMM_IB_FAKE=2 but" ||
     fail "nolib.forced_ib: no WARN saying why IB could not be used"
+fi
+
+# 6. COMM_IB_DISABLE=1 (NCCL_IB_DISABLE): Socket even where IB could be used; COMM_NET=IB then fails init.
+if run ibdisable.auto COMM_IB_FAKE=2 COMM_IB_FAKE_LIB="$FAKE" NCCL_IB_DISABLE=1 -- -np 2 -t -q; then
+  check_net ibdisable.auto Socket
+  has ibdisable.auto -F "NET : using the built-in Socket network (automatic: NCCL_IB_DISABLE=1 disables IB)" ||
+    fail "ibdisable.auto: no INFO line saying NCCL_IB_DISABLE=1 made it Socket"
+fi
+if run_fails ibdisable.forced COMM_IB_FAKE=2 COMM_IB_FAKE_LIB="$FAKE" COMM_IB_DISABLE=1 COMM_NET=IB -- -np 2 -t -q; then
+  has ibdisable.forced -F "COMM WARN NET : COMM_NET=IB, but IB cannot be used: COMM_IB_DISABLE=1 disables it" ||
+    fail "ibdisable.forced: no WARN saying COMM_IB_DISABLE=1 disables IB"
 fi
 
 if [[ $fails -ne 0 ]]; then

@@ -82,6 +82,52 @@ static void testParseMistakes(void** state) {
   assert_int_equal(allow[commFuncAllReduce], ALL_PROTOS);
 }
 
+/* NCCL_ALGO / NCCL_PROTO: NCCL's names and syntax (^ exclusion, per-collective lists), any case. */
+static void testParseNccl(void** state) {
+  (void)state;
+  uint32_t allow[commNumFuncs];
+  const uint32_t trees = BIT(commAlgoTree) | BIT(commAlgoCollTree);
+  /* NCCL's Tree is libcomm's tree and colltree; in COMM_ALGO "tree" stays libcomm's tree. */
+  commTuneParseVar("NCCL_ALGO", 1, "Tree", allow);
+  assert_int_equal(allow[commFuncAllReduce], trees);
+  assert_int_equal(allow[commFuncBroadcast], supported(commFuncBroadcast) & trees);
+  assert_int_equal(allow[commFuncAllGather], supported(commFuncAllGather));
+  commTuneParseVar("COMM_ALGO", 1, "tree", allow);
+  assert_int_equal(allow[commFuncAllReduce], BIT(commAlgoTree));
+  commTuneParseVar("NCCL_ALGO", 1, "allreduce:tree,ring;broadcast:RING", allow);
+  assert_int_equal(allow[commFuncAllReduce], trees | BIT(commAlgoRing));
+  assert_int_equal(allow[commFuncBroadcast], BIT(commAlgoRing));
+  assert_int_equal(allow[commFuncReduce], supported(commFuncReduce));
+  commTuneParseVar("NCCL_ALGO", 1, "allreduce:^tree", allow);
+  assert_int_equal(allow[commFuncAllReduce], supported(commFuncAllReduce) & ~trees);
+  commTuneParseVar("NCCL_ALGO", 1, "allreduce:CollnetDirect,collnetchain;allgather:PAT", allow);
+  assert_int_equal(allow[commFuncAllReduce], BIT(commAlgoCollNet));
+  assert_int_equal(allow[commFuncAllGather], BIT(commAlgoPat));
+  /* Excluding what libcomm does not have changes nothing and is no WARN; asking for it is one. */
+  commLogClearLastWarn();
+  commTuneParseVar("NCCL_ALGO", 1, "^NVLS,NVLSTree", allow);
+  assert_string_equal(commLogLastWarn(), "");
+  assert_int_equal(allow[commFuncAllReduce], supported(commFuncAllReduce));
+  commTuneParseVar("NCCL_ALGO", 1, "nvls,Ring", allow);
+  assert_non_null(strstr(commLogLastWarn(), "NCCL_ALGO: nvls is not provided (libcomm has no NVLink SHARP)"));
+  assert_int_equal(allow[commFuncAllReduce], BIT(commAlgoRing));
+  commTuneParseVar("NCCL_ALGO", 1, "allgather:tree", allow);
+  assert_non_null(strstr(commLogLastWarn(), "NCCL_ALGO: Tree does not implement AllGather"));
+  commLogClearLastWarn();
+  commTuneParseVar("NCCL_PROTO", 0, "^LL128", allow);
+  assert_string_equal(commLogLastWarn(), "");
+  assert_int_equal(allow[commFuncAllReduce], ALL_PROTOS);
+  commTuneParseVar("NCCL_PROTO", 0, "^LL128;allreduce:simple;broadcast:^ll", allow);
+  assert_int_equal(allow[commFuncAllReduce], BIT(commProtoSimple));
+  assert_int_equal(allow[commFuncBroadcast], BIT(commProtoSimple));
+  assert_int_equal(allow[commFuncReduce], ALL_PROTOS);
+  commTuneParseVar("NCCL_PROTO", 0, "LL128", allow);
+  assert_non_null(strstr(commLogLastWarn(), "NCCL_PROTO: LL128 is not provided (libcomm has no LL128 protocol)"));
+  assert_int_equal(allow[commFuncAllReduce], ALL_PROTOS);
+  commTuneParseVar("NCCL_PROTO", 0, "LL,LL128", allow);
+  assert_int_equal(allow[commFuncAllGather], BIT(commProtoLL));
+}
+
 /* Predictions exist exactly where a generator does, are positive and grow with the size. */
 static void testModelShape(void** state) {
   (void)state;
@@ -303,7 +349,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(testParseDefaults), cmocka_unit_test(testParseChoices),     cmocka_unit_test(testParseMistakes),
       cmocka_unit_test(testModelShape),    cmocka_unit_test(testScalePredictions), cmocka_unit_test(testChoose),
-      cmocka_unit_test(testPlugin),        cmocka_unit_test(testCollNetModel),
+      cmocka_unit_test(testPlugin),        cmocka_unit_test(testCollNetModel),     cmocka_unit_test(testParseNccl),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,12 +26,8 @@
 int commCollNetWanted(struct commComm* comm) {
   commCollNetInfo* info = &comm->collnet;
   memset(info, 0, sizeof(*info));
-  int64_t enable = commParamInt("COMM_COLLNET_ENABLE", -1, 0, 1);
-  const char* src = "COMM_COLLNET_ENABLE";
-  if (enable < 0) {
-    enable = commParamInt("NCCL_COLLNET_ENABLE", 0, 0, 1);
-    src = "NCCL_COLLNET_ENABLE";
-  }
+  int64_t enable = commParamInt("COMM_COLLNET_ENABLE", 0, 0, 1); /* or NCCL_COLLNET_ENABLE (param.c) */
+  const char* src = commParamSource("COMM_COLLNET_ENABLE");
   if (!enable) {
     snprintf(info->why, sizeof(info->why), "COMM_COLLNET_ENABLE (or NCCL_COLLNET_ENABLE) is not 1");
     return 0;

@@ -52,12 +52,8 @@ const commCollNet_t* commCollNetAcquire(char* why, size_t whyLen, char* source, 
   const char* name = commParamStr("COMM_COLLNET_PLUGIN", NULL);
   const char* what = "COMM_COLLNET_PLUGIN";
   if (!name || !*name) {
-    name = commParamStr("COMM_NET_PLUGIN", NULL);
-    what = "COMM_NET_PLUGIN";
-  }
-  if (!name || !*name) {
-    name = commParamStr("NCCL_NET_PLUGIN", NULL);
-    what = "NCCL_NET_PLUGIN";
+    name = commParamStr("COMM_NET_PLUGIN", NULL); /* or NCCL_NET_PLUGIN (param.c) */
+    what = name ? commParamSource("COMM_NET_PLUGIN") : "COMM_NET_PLUGIN";
   }
   char path[300] = "", loadWhy[600] = "";
   void* handle = NULL;

@@ -84,8 +84,8 @@ void* commNetPluginOpen(const char* name, char* why, size_t whyLen) {
   return handle;
 }
 
-/* Load (or share) the library named by COMM_NET_PLUGIN; NULL with a WARN if it cannot be used. Tries the
- * name as given, then (a name without '/') libcomm-net-<name>.so and libnccl-net-<name>.so. The library
+/* Load (or share) the library named by COMM_NET_PLUGIN (or NCCL_NET_PLUGIN); NULL with a WARN if it cannot be
+ * used. Tries the name as given, then (a name without '/') libcomm-net-<name>.so and libnccl-net-<name>.so. The library
  * exports libcomm's commNetPlugin_v2 or _v1, else an NCCL network plugin (ncclNetPlugin_v10, _v9 or _v8),
  * used through the adapter in transports/net/nccl/net_nccl.c. Called with netPluginLock held. */
 static const commNet_t* netLoadLibrary(const char* name) {
@@ -94,13 +94,14 @@ static const commNet_t* netLoadLibrary(const char* name) {
       netPlugin.refs++;
       return netPlugin.net;
     }
-    WARN("NET : COMM_NET_PLUGIN=%s but plugin %s is already in use by this process", name, netPlugin.name);
+    WARN("NET : %s=%s but plugin %s is already in use by this process", commParamSource("COMM_NET_PLUGIN"), name,
+         netPlugin.name);
     return NULL;
   }
   char why[600];
   void* handle = commNetPluginOpen(name, why, sizeof(why));
   if (!handle) {
-    WARN("NET : cannot load COMM_NET_PLUGIN=%s: %s", name, why);
+    WARN("NET : cannot load %s=%s: %s", commParamSource("COMM_NET_PLUGIN"), name, why);
     return NULL;
   }
   const commNet_t* net = (const commNet_t*)dlsym(handle, COMM_NET_PLUGIN_SYMBOL);
@@ -214,59 +215,117 @@ static const commNet_t* netSocket(void) {
   return netSocketInitDone ? &commNetSocket : NULL;
 }
 
-/* Choose between the built-in networks (called with netPluginLock held): `forced` ("IB" or "Socket", any
- * case; NULL: automatic) comes from COMM_NET. Automatic: IB when usable (the real libibverbs loads and
- * has an active port that COMM_IB_HCA selects), else Socket. A forced IB that cannot be used is a WARN and
- * Socket. NULL when even Socket cannot be used. */
-static const commNet_t* netChooseBuiltin(const char* forced, const char* source) {
-  char why[512] = "";
-  if (forced && strcasecmp(forced, "IB") != 0 && strcasecmp(forced, "Socket") != 0) {
-    WARN("NET : %s=%s is not a built-in network (IB or Socket): choosing automatically", source, forced);
-    forced = NULL;
+/* Drop this process's reference to the plugin library (called with netPluginLock held). */
+static void netPluginReleaseLocked(void) {
+  if (--netPlugin.refs == 0) {
+    dlclose(netPlugin.handle);
+    memset(&netPlugin, 0, sizeof(netPlugin));
   }
+}
+
+/* Choose between the built-in networks (called with netPluginLock held): `forced` ("IB" or "Socket", any
+ * case; NULL: automatic) comes from the config's netName or COMM_NET (`source` names which). Automatic: IB
+ * when usable (the real libibverbs loads and has an active port that COMM_IB_HCA selects) and not disabled
+ * by COMM_IB_DISABLE, else Socket. A forced network that cannot be had fails (commInvalidUsage, a WARN
+ * saying why), as NCCL's NCCL_NET does: no fallback; `pluginNet` is the network of the plugin loaded, for the
+ * WARN. *out NULL when even Socket cannot be used. */
+static commResult_t netChooseBuiltin(const char* forced, const char* source, const char* pluginNet,
+                                     const commNet_t** out) {
+  char why[512] = "";
   const commNet_t* net = NULL;
+  const char* ibOff = commParamInt("COMM_IB_DISABLE", 0, 0, 1) == 1 ? commParamSource("COMM_IB_DISABLE") : NULL;
+  *out = NULL;
   if (forced && strcasecmp(forced, "Socket") == 0) {
     INFO(COMM_NET | COMM_INIT, "NET : using the built-in Socket network (%s=%s)", source, forced);
+  } else if (forced && strcasecmp(forced, "IB") == 0) {
+    if (!ibOff) net = netIbGet(why, sizeof(why));
+    else snprintf(why, sizeof(why), "%s=1 disables it", ibOff);
+    if (!net) {
+      WARN("NET : %s=%s, but IB cannot be used: %s", source, forced, why);
+      return commInvalidUsage;
+    }
+    INFO(COMM_NET | COMM_INIT, "NET : using the built-in IB network (%s=%s)", source, forced);
+    *out = net;
+    return commSuccess;
   } else if (forced) {
-    net = netIbGet(why, sizeof(why));
-    if (net) INFO(COMM_NET | COMM_INIT, "NET : using the built-in IB network (%s=%s)", source, forced);
-    else
-      WARN("NET : %s=%s but IB cannot be used: %s; falling back to the built-in Socket network", source, forced, why);
+    WARN("NET : %s=%s names no network libcomm has: the built-in IB and Socket, %s%s", source, forced,
+         pluginNet ? "and the plugin's " : "or a plugin's (COMM_NET_PLUGIN)", pluginNet ? pluginNet : "");
+    return commInvalidUsage;
+  } else if (ibOff) {
+    INFO(COMM_NET | COMM_INIT, "NET : using the built-in Socket network (automatic: %s=1 disables IB)", ibOff);
   } else {
     net = netIbGet(why, sizeof(why));
     if (net) INFO(COMM_NET | COMM_INIT, "NET : using the built-in IB network (automatic: IB has an active RDMA port)");
     else INFO(COMM_NET | COMM_INIT, "NET : using the built-in Socket network (automatic: IB cannot be used: %s)", why);
   }
-  return net ? net : netSocket();
+  *out = net ? net : netSocket();
+  return commSuccess;
+}
+
+/* The network of `comm` (called with netPluginLock held): a library named by COMM_NET_PLUGIN (falling back
+ * to Socket when it cannot be loaded), else a built-in one chosen by the config's netName, COMM_NET or
+ * automatically ("socket" as COMM_NET_PLUGIN means the built-in Socket). A network named by netName or
+ * COMM_NET (NCCL_NET) must be had: the plugin's own (its name, any case), IB or Socket; else init fails. */
+static commResult_t netChoose(struct commComm* comm, const commNet_t** out, int* fromLibrary) {
+  const char* forced = comm->netName[0] ? comm->netName : commParamStr("COMM_NET", NULL);
+  const char* source = comm->netName[0] ? "config netName" : forced ? commParamSource("COMM_NET") : "COMM_NET";
+  const char* name = commParamStr("COMM_NET_PLUGIN", NULL);
+  char pluginNet[64] = "";
+  *out = NULL;
+  *fromLibrary = 0;
+  if (name && strcasecmp(name, "socket") != 0) {
+    const commNet_t* net = netLoadLibrary(name);
+    if (net && forced && strcasecmp(forced, net->name) != 0) {
+      INFO(COMM_NET | COMM_INIT, "NET : %s=%s is not the network of plugin %s (%s)", source, forced, name, net->name);
+      snprintf(pluginNet, sizeof(pluginNet), "%s", net->name);
+      netPluginReleaseLocked();
+    } else if (net) {
+      *out = net;
+      *fromLibrary = 1;
+      return commSuccess;
+    } else if (!forced) {
+      WARN("NET : falling back to the built-in Socket network");
+    }
+  }
+  if (name && !forced) {
+    *out = netSocket();
+    return commSuccess;
+  }
+  return netChooseBuiltin(forced, source, pluginNet[0] ? pluginNet : NULL, out);
 }
 
 commResult_t commNetInit(struct commComm* comm) {
-  /* Needed when ranks sit on different hosts, or shm is off (then every connection is a network one). */
-  if (comm->net || (comm->nNodes <= 1 && !comm->shmDisable)) return commSuccess;
-  struct commNetState* st;
-  COMMCHECK(commCalloc(&st, 1, sizeof(*st)));
-  /* Which network: a library named by COMM_NET_PLUGIN (falling back to Socket), else a built-in one
-   * chosen by COMM_NET or automatically. ("socket" as COMM_NET_PLUGIN means the built-in Socket.) */
-  const char* name = commParamStr("COMM_NET_PLUGIN", NULL);
+  /* Needed when ranks sit on different hosts, or shm is off (then every connection is a network one). A
+   * built-in network asked for by name is checked even when none is needed, as NCCL does (a plugin is not
+   * loaded only for that: its name is checked when a communicator needs it). */
+  int needed = comm->nNodes > 1 || comm->shmDisable;
+  if (comm->net) return commSuccess;
+  if (!needed) {
+    const char* plugin = commParamStr("COMM_NET_PLUGIN", NULL);
+    if ((!comm->netName[0] && !commParamStr("COMM_NET", NULL)) || (plugin && strcasecmp(plugin, "socket") != 0))
+      return commSuccess;
+  }
+  const commNet_t* net = NULL;
+  int fromLibrary = 0;
   pthread_mutex_lock(&netPluginLock);
-  if (name && strcasecmp(name, "socket") != 0) {
-    st->net = netLoadLibrary(name);
-    if (st->net) st->fromLibrary = 1;
-    else WARN("NET : falling back to the built-in Socket network");
-  }
-  if (!st->net && name) {
-    st->net = netSocket();
-  } else if (!st->net) {
-    /* The communicator's config wins over COMM_NET. */
-    const char* forced = comm->netName[0] ? comm->netName : commParamStr("COMM_NET", NULL);
-    st->net = netChooseBuiltin(forced && *forced ? forced : NULL, comm->netName[0] ? "config netName" : "COMM_NET");
-  }
+  commResult_t res = netChoose(comm, &net, &fromLibrary);
   pthread_mutex_unlock(&netPluginLock);
-  if (!st->net) {
+  if (res != commSuccess) return res;
+  if (!net) {
     WARN("NET : no usable network plugin");
-    free(st);
     return commSystemError;
   }
+  if (!needed) return commSuccess;
+  struct commNetState* st;
+  res = commCalloc(&st, 1, sizeof(*st));
+  if (res != commSuccess) {
+    pthread_mutex_lock(&netPluginLock);
+    if (fromLibrary) netPluginReleaseLocked();
+    pthread_mutex_unlock(&netPluginLock);
+    return res;
+  }
+  st->net = net;
+  st->fromLibrary = fromLibrary;
   st->comm = comm;
   pthread_mutex_init(&st->listLock, NULL);
   pthread_mutex_init(&st->wakeLock, NULL);
@@ -303,10 +362,7 @@ commResult_t commNetFinalize(struct commComm* comm) {
   pthread_mutex_destroy(&st->listLock);
   if (st->fromLibrary) {
     pthread_mutex_lock(&netPluginLock);
-    if (--netPlugin.refs == 0) {
-      dlclose(netPlugin.handle);
-      memset(&netPlugin, 0, sizeof(netPlugin));
-    }
+    netPluginReleaseLocked();
     pthread_mutex_unlock(&netPluginLock);
   }
   free(st);
