@@ -60,15 +60,7 @@ static int cnRank(const cnCtx* c, int w, int p) { return c->rankAt[(size_t)w * (
 
 static commResult_t cnEmit(cnCtx* c, commPrim_t prim, uint8_t flags, int recvPeer, int sendPeer, commBufRef src,
                            commBufRef dst, size_t count) {
-  if (count == 0) return commSuccess;
-  commStep st = commStepMake(prim, flags, sendPeer, recvPeer, src, dst, count, count);
-  const commBufRef* refs[2] = {&src, &dst};
-  for (int i = 0; i < 2; i++) {
-    if (refs[i]->buf != COMM_BUF_SCRATCH) continue;
-    if (refs[i]->offset + count > c->s->scratchElems) c->s->scratchElems = refs[i]->offset + count;
-    if (c->s->nBufs < COMM_BUF_SCRATCH + 1) c->s->nBufs = COMM_BUF_SCRATCH + 1;
-  }
-  return commSchedAdd(c->s, c->ch, &st);
+  return commSchedEmit(c->s, c->ch, prim, flags, recvPeer, sendPeer, src, dst, count);
 }
 
 static commBufRef scr(const cnCtx* c, size_t off) { return commBufAt(COMM_BUF_SCRATCH, c->scratch + off); }

@@ -241,16 +241,7 @@ static int ctLeader(const ctChan* c, int v) { return c->nodes->ranks[c->nodes->s
 
 static commResult_t emit(ctChan* c, commPrim_t prim, uint8_t flags, int recvPeer, int sendPeer, commBufRef src,
                          commBufRef dst, size_t count) {
-  if (count == 0) return commSuccess;
-  commStep st = commStepMake(prim, flags, sendPeer, recvPeer, src, dst, count, count);
-  /* The schedule declares the scratch it touches (only reduce on non-root ranks uses any). */
-  const commBufRef* refs[2] = {&src, &dst};
-  for (int i = 0; i < 2; i++) {
-    if (refs[i]->buf != COMM_BUF_SCRATCH) continue;
-    if (refs[i]->offset + count > c->s->scratchElems) c->s->scratchElems = refs[i]->offset + count;
-    if (c->s->nBufs < COMM_BUF_SCRATCH + 1) c->s->nBufs = COMM_BUF_SCRATCH + 1;
-  }
-  return commSchedAdd(c->s, c->ch, &st);
+  return commSchedEmit(c->s, c->ch, prim, flags, recvPeer, sendPeer, src, dst, count);
 }
 
 /* Where this rank keeps the partial of chunk k between two receives: its output, except for reduce on a

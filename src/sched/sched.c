@@ -74,6 +74,19 @@ commResult_t commSchedInit(commSchedule* s, int nChannels) {
   return commSuccess;
 }
 
+commResult_t commSchedEmit(commSchedule* s, int channel, commPrim_t prim, int flags, int recvPeer, int sendPeer,
+                           commBufRef src, commBufRef dst, size_t count) {
+  if (count == 0) return commSuccess;
+  commStep st = commStepMake(prim, flags, sendPeer, recvPeer, src, dst, count, count);
+  const commBufRef* refs[2] = {&src, &dst};
+  for (int i = 0; i < 2; i++) {
+    if (refs[i]->buf != COMM_BUF_SCRATCH) continue;
+    if (refs[i]->offset + count > s->scratchElems) s->scratchElems = refs[i]->offset + count;
+    if (s->nBufs < COMM_BUF_SCRATCH + 1) s->nBufs = COMM_BUF_SCRATCH + 1;
+  }
+  return commSchedAdd(s, channel, &st);
+}
+
 commResult_t commSchedAdd(commSchedule* s, int channel, const commStep* step) {
   if (s == NULL || step == NULL || channel < 0 || channel >= s->nChannels) {
     WARN("commSchedAdd: channel %d out of range (schedule has %d)", channel, s ? s->nChannels : -1);

@@ -114,6 +114,10 @@ size_t commSplitUnit(size_t eltSize, size_t maxPart);
 void commSplitPart(size_t total, size_t parts, size_t idx, size_t unit, size_t* off, size_t* len);
 size_t commSplitParts(size_t total, size_t unit, size_t maxUnits);
 commResult_t commSchedAdd(commSchedule* s, int channel, const commStep* step);
+/* Adds the step (prim, flags, peers, src, dst, count = recvCount) unless count is 0 (both ends of a transfer skip
+ * it), and declares the scratch it touches (nBufs, scratchElems). */
+commResult_t commSchedEmit(commSchedule* s, int channel, commPrim_t prim, int flags, int recvPeer, int sendPeer,
+                           commBufRef src, commBufRef dst, size_t count);
 void commSchedFree(commSchedule* s);
 /* Human-readable dump (TRACE and tools). */
 void commSchedPrint(const commSchedule* s, int rank, void* file /* FILE* */);

@@ -116,15 +116,6 @@ static commResult_t post(vctx* v, int ch, vcollnet* g, int mi) {
       p->nRecv = 0;
       p->firstRank = m->rank;
       g->end++;
-    } else if (gather) {
-      vcnPiece* p = &g->pieces[k % g->cap];
-      if (p->size != size)
-        return verr(v,
-                    "collnet piece %zu on channel %d: rank %d contributes %zu elements, rank %d contributed %zu (piece "
-                    "sizes differ between members)",
-                    k, ch, m->rank, size, p->firstRank, p->size);
-      COMMCHECK(vlWrite(v, &p->val, (size_t)mi * size, size, val));
-      p->nPosted++;
     } else {
       vcnPiece* p = &g->pieces[k % g->cap];
       if (p->size != size)
@@ -132,15 +123,19 @@ static commResult_t post(vctx* v, int ch, vcollnet* g, int mi) {
                     "collnet piece %zu on channel %d: rank %d contributes %zu elements, rank %d contributed %zu (piece "
                     "sizes differ between members)",
                     k, ch, m->rank, size, p->firstRank, p->size);
-      snprintf(v->note, sizeof(v->note),
-               "collnet reducing piece %zu of channel %d: rank %d's piece with %d posted before, first by rank %d", k,
-               ch, m->rank, p->nPosted, p->firstRank);
-      commResult_t res = vlReduce(v, &p->val, val, &v->tNet);
-      v->note[0] = '\0';
-      COMMCHECK(res);
-      vlist t = p->val;
-      p->val = v->tNet;
-      v->tNet = t;
+      if (gather) {
+        COMMCHECK(vlWrite(v, &p->val, (size_t)mi * size, size, val));
+      } else {
+        snprintf(v->note, sizeof(v->note),
+                 "collnet reducing piece %zu of channel %d: rank %d's piece with %d posted before, first by rank %d", k,
+                 ch, m->rank, p->nPosted, p->firstRank);
+        commResult_t res = vlReduce(v, &p->val, val, &v->tNet);
+        v->note[0] = '\0';
+        COMMCHECK(res);
+        vlist t = p->val;
+        p->val = v->tNet;
+        v->tNet = t;
+      }
       p->nPosted++;
     }
     m->posted++;
