@@ -40,45 +40,13 @@ else
   echo "aggd_net_check: nm not found: the exported symbols are checked by test_aggd_net only"
 fi
 
-# run NAME [VAR=VALUE...] -- MP_COLLS ARGS: runs mp_colls with the library as the network plugin.
+TAG=aggd_net_check
+. "$(dirname "$0")/mp_log_lib.sh"
+# run NAME [VAR=VALUE...] -- MP_COLLS ARGS: mp_colls with the library as the network plugin.
 run() {
   local name=$1
   shift
-  local envs=()
-  while [[ $# -gt 0 && $1 != -- ]]; do envs+=("$1"); shift; done
-  shift
-  mkdir -p "$LOGS/$name"
-  env COMM_NET_PLUGIN="$LIB" COMM_DEBUG=INFO COMM_DEBUG_FILE="$LOGS/$name/rank.%p.log" COMM_TIMEOUT_MS=60000 \
-    ${envs[@]+"${envs[@]}"} "$MP" -w 240 "$@" >"$LOGS/$name/out" 2>&1
-  local status=$?
-  if [[ $status -ne 0 ]] || ! grep -q "^mp_colls: PASS" "$LOGS/$name/out"; then
-    fail "$name: mp_colls exited with $status; the end of its output:"
-    tail -n 20 "$LOGS/$name/out"
-    return 1
-  fi
-  return 0
-}
-has() {
-  local name=$1
-  shift
-  grep -q "$@" "$LOGS/$name"/rank.*.log 2>/dev/null
-}
-count() {
-  local name=$1
-  shift
-  cat "$LOGS/$name"/rank.*.log 2>/dev/null | grep -c "$@"
-}
-# check_net NAME NETNAME: every connection logged went through NET(NETNAME).
-check_net() {
-  local name=$1 net=$2 total good
-  total=$(count "$name" " via ")
-  good=$(count "$name" -F " via NET($net) ")
-  echo "aggd_net_check: $name: $good of $total connections via NET($net)"
-  [[ $total -gt 0 ]] || fail "$name: no connection logged"
-  if [[ $good -ne $total ]]; then
-    fail "$name: connections through something else than NET($net):"
-    cat "$LOGS/$name"/rank.*.log | grep " via " | grep -vF " via NET($net) " | head -n 3
-  fi
+  mp_run "$name" "$LIB" "$@"
 }
 check_adapter() {
   local name=$1
@@ -88,7 +56,7 @@ check_adapter() {
     fail "$name: the plugin's own INFO line did not come through the adapter's logger"
   if has "$name" "falling back"; then
     fail "$name: a fallback was logged:"
-    cat "$LOGS/$name"/rank.*.log | grep "falling back" | head -n 2
+    logs "$name" | grep "falling back" | head -n 2
   fi
 }
 

@@ -30,36 +30,9 @@ trap 'if [[ -n "${KEEP_LOGS:-}" ]]; then echo "collnet_check: logs kept in $LOGS
 fails=0
 fail() { echo "collnet_check: FAIL: $*"; fails=$((fails + 1)); }
 
-# run NAME PLUGIN [VAR=VALUE...] -- MP_COLLS ARGS: runs mp_colls with the plugin, logs in $LOGS/NAME/.
-run() {
-  local name=$1 plugin=$2
-  shift 2
-  local envs=()
-  while [[ $# -gt 0 && $1 != -- ]]; do envs+=("$1"); shift; done
-  shift
-  mkdir -p "$LOGS/$name"
-  env COMM_NET_PLUGIN="$plugin" COMM_DEBUG=INFO COMM_DEBUG_FILE="$LOGS/$name/rank.%p.log" COMM_TIMEOUT_MS=60000 \
-    ${envs[@]+"${envs[@]}"} "$MP" -w 240 "$@" >"$LOGS/$name/out" 2>&1
-  local status=$?
-  if [[ $status -ne 0 ]] || ! grep -q "^mp_colls: PASS" "$LOGS/$name/out"; then
-    fail "$name: mp_colls exited with $status; the end of its output:"
-    tail -n 20 "$LOGS/$name/out"
-    return 1
-  fi
-  return 0
-}
-
-# has NAME [grep options] PATTERN: some rank's log of run NAME has a matching line.
-has() {
-  local name=$1
-  shift
-  grep -q "$@" "$LOGS/$name"/rank.*.log 2>/dev/null
-}
-count() {
-  local name=$1
-  shift
-  cat "$LOGS/$name"/rank.*.log 2>/dev/null | grep -c "$@"
-}
+TAG=collnet_check
+. "$(dirname "$0")/mp_log_lib.sh"
+run() { mp_run "$@"; }
 
 # check_on NAME VERSION RANKS [FUNCS]: collnet on at every rank of every communicator spanning nodes (mp_colls
 # makes several: the world and its splits), never off; the plugin's table version; plans of each of FUNCS
@@ -71,7 +44,7 @@ check_on() {
   [[ $on -ge $ranks ]] || fail "$name: collnet on at $on rank communicators, fewer than the $ranks ranks"
   if has "$name" -F "COLLNET : off on every rank"; then
     fail "$name: collnet went off:"
-    cat "$LOGS/$name"/rank.*.log | grep -F "COLLNET : off on every rank" | head -n 2
+    logs "$name" | grep -F "COLLNET : off on every rank" | head -n 2
   fi
   has "$name" -F "(ncclCollNetPlugin_v$ver)" || fail "$name: the adapter did not load ncclCollNetPlugin_v$ver"
   local algo f

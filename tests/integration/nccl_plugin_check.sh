@@ -25,47 +25,9 @@ trap 'if [[ -n "${KEEP_LOGS:-}" ]]; then echo "nccl_plugin_check: logs kept in $
 fails=0
 fail() { echo "nccl_plugin_check: FAIL: $*"; fails=$((fails + 1)); }
 
-# run NAME PLUGIN [env VAR=VALUE...] -- MP_COLLS ARGS: runs mp_colls, logs in $LOGS/NAME/.
-run() {
-  local name=$1 plugin=$2
-  shift 2
-  local envs=()
-  while [[ $# -gt 0 && $1 != -- ]]; do envs+=("$1"); shift; done
-  shift
-  mkdir -p "$LOGS/$name"
-  env ${envs[@]+"${envs[@]}"} COMM_NET_PLUGIN="$plugin" COMM_DEBUG=INFO COMM_DEBUG_FILE="$LOGS/$name/rank.%p.log" \
-    COMM_TIMEOUT_MS=60000 "$MP" -w 240 "$@" >"$LOGS/$name/out" 2>&1
-  local status=$?
-  if [[ $status -ne 0 ]] || ! grep -q "^mp_colls: PASS" "$LOGS/$name/out"; then
-    fail "$name: mp_colls exited with $status; the end of its output:"
-    tail -n 20 "$LOGS/$name/out"
-    return 1
-  fi
-  return 0
-}
-
-logs() { cat "$LOGS/$1"/rank.*.log 2>/dev/null; }
-# has NAME [grep options] PATTERN: some rank's log of run NAME has a matching line. (Not `logs | grep -q`:
-# grep leaving early would make cat fail, and pipefail the pipeline.)
-has() {
-  local name=$1
-  shift
-  grep -q "$@" "$LOGS/$name"/rank.*.log 2>/dev/null
-}
-
-# check_net NAME NETNAME: every connection logged went through NET(NETNAME).
-check_net() {
-  local name=$1 net=$2
-  local total good
-  total=$(logs "$name" | grep -c " via ")
-  good=$(logs "$name" | grep -cF " via NET($net) ")
-  echo "nccl_plugin_check: $name: $good of $total connections via NET($net)"
-  [[ $total -gt 0 ]] || fail "$name: no connection logged"
-  if [[ $good -ne $total ]]; then
-    fail "$name: connections through something else than NET($net):"
-    logs "$name" | grep " via " | grep -vF " via NET($net) " | head -n 3
-  fi
-}
+TAG=nccl_plugin_check
+. "$(dirname "$0")/mp_log_lib.sh"
+run() { mp_run "$@"; }
 
 # check_adapter NAME VERSION: the adapter loaded ExampleTcp as ncclNetPlugin_vVERSION, and the plugin's
 # own INFO line (through the adapter's logger) is there.
