@@ -132,6 +132,18 @@ commResult_t commSplit(comm_t comm, int color, int key, comm_t* newcomm, commCon
 #define COMM_SHRINK_ABORT 0x01
 commResult_t commShrink(comm_t comm, const int* excludeRanks, int nExclude, comm_t* newcomm, commConfig_t* config,
                         int flags);
+/* Stop the communicator's work without freeing it, so that the survivors of a failure can go on (NCCL's
+ * ncclCommRevoke). Local, not collective: this rank's operations in progress (other threads') end with
+ * commInvalidUsage, the other ranks are told (their operations end with commRemoteError, as after a failure),
+ * and from then on every collective, point-to-point call or commFinalize on it is commInvalidUsage with a
+ * WARN (a group holding calls on it fails at commGroupEnd without running). What it still takes:
+ * commShrink and commSplit (a new communicator, sharing nothing with it; split needs every rank to have
+ * revoked it, shrink also takes a rank that was only told), commDeregister, commRedOpDestroy,
+ * commGetAsyncError (commSuccess once revoked), commDestroy, commAbort. Returns when this rank's operations
+ * have ended. flags: COMM_REVOKE_DEFAULT (others are commInvalidArgument, as is a second revoke or a
+ * finalized communicator); comm NULL: commSuccess. */
+#define COMM_REVOKE_DEFAULT 0x00
+commResult_t commRevoke(comm_t comm, int flags);
 commResult_t commFinalize(comm_t comm);
 commResult_t commDestroy(comm_t comm);
 commResult_t commAbort(comm_t comm);

@@ -3,9 +3,10 @@
  * through; what differs is translated here: the config struct (read only up to the caller's `size`),
  * libcomm's timeout result (NCCL has none: a peer that stopped answering is ncclRemoteError), the in-place
  * ncclBcast, windows (registrations whose flags are checked here), ncclMemAlloc (CUDA driver memory). What
- * libcomm does not provide returns ncclInvalidUsage with a WARN saying so (ncclCommRevoke, the device API). Every function is defined as pncclX, with ncclX a weak alias, as
- * NCCL's profiling interface expects. Only nccl* and pnccl* symbols
- * leave the library (libnccl.map). SPDX-License-Identifier: Apache-2.0 */
+ * libcomm does not provide returns ncclInvalidUsage with a WARN saying so (the device API,
+ * nccl_device_api.c). Every function is defined as pncclX, with ncclX a weak alias, as NCCL's profiling
+ * interface expects. Only nccl* and pnccl* symbols leave the library (libnccl.map).
+ * SPDX-License-Identifier: Apache-2.0 */
 #include "nccl.h"
 
 #include <dlfcn.h>
@@ -145,10 +146,12 @@ EXPORT ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int 
               (shrinkFlags & ~NCCL_SHRINK_ABORT ? 0x100 : 0);
   return R(commShrink(C(comm), excludeRanksList, excludeRanksCount, (comm_t*)newcomm, config ? &c : NULL, flags));
 }
+/* libcomm's commRevoke, NCCL's semantics: flags other than NCCL_REVOKE_DEFAULT, a second revoke or a finalized
+ * communicator are ncclInvalidArgument, NULL is ncclSuccess; it returns once quiescent (never ncclInProgress),
+ * then collectives are ncclInvalidUsage and ncclCommShrink, ncclCommSplit and ncclCommDestroy work. */
 EXPORT ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
-  (void)comm, (void)revokeFlags;
-  WARN("ncclCommRevoke: libcomm does not provide revoking a communicator (ncclCommAbort ends its operations)");
-  return ncclInvalidUsage;
+  _Static_assert(NCCL_REVOKE_DEFAULT == COMM_REVOKE_DEFAULT, "revoke flags");
+  return R(commRevoke(C(comm), revokeFlags));
 }
 EXPORT ncclResult_t pncclCommCount(const ncclComm_t comm, int* count) { return R(commCount(C(comm), count)); }
 EXPORT ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int* device) { return R(commCuDevice(C(comm), device)); }

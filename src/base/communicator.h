@@ -128,6 +128,7 @@ struct commComm {
   int asyncError;     /* commResult_t */
   int initState;      /* commInitState_t */
   int finalized;
+  int revoked; /* commRevoke (atomic): operations end (abortFlag COMM_ABORT_USER); shrink, split, destroy remain */
   pthread_t initThread;
   uint64_t opCount;   /* operations issued (collectives, point-to-point batches, splits), for log lines */
   uint64_t collCount; /* collectives issued: the sequence number every rank's signature of one carries (atomic:

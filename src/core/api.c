@@ -211,6 +211,9 @@ static commResult_t apiCall(const apiDesc* d, const void* sendbuff, void* recvbu
                             commRedOp_t op, int root, comm_t comm, commStream_t stream) {
   COMMCHECK(commApiEnter(comm, d->api));
   commResult_t res = enqueueChecked(d, sendbuff, recvbuff, count, dtype, op, root, comm, stream);
+  /* Ended by a revoke (commRevoke, from another thread) wherever it waited: the revoke's result. */
+  if (res != commSuccess && res != commInProgress && __atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE))
+    res = commInvalidUsage;
   commApiLeave(comm);
   return res;
 }

@@ -102,8 +102,9 @@ static int beforePeerFailure(struct commComm* comm) {
 }
 
 /* commApiEnter; allowError: an earlier asynchronous error does not refuse the call (commShrink, whose purpose
- * is to go on after a failure). */
-static commResult_t apiEnter(comm_t comm, const char* api, int allowError) {
+ * is to go on after a failure); allowRevoked: nor does a revoke (commShrink, commSplit), which refuses every
+ * other call. */
+static commResult_t apiEnter(comm_t comm, const char* api, int allowError, int allowRevoked) {
   commLogClearLastWarn();
   commResult_t res = commRetain(comm, api);
   if (res != commSuccess) return res;
@@ -117,6 +118,12 @@ static commResult_t apiEnter(comm_t comm, const char* api, int allowError) {
   } else if (comm->finalized) {
     WARN("%s: communicator was finalized", api);
     res = commInvalidUsage;
+  } else if (__atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)) {
+    if (!allowRevoked) {
+      WARN("%s: communicator was revoked (commRevoke): only commShrink, commSplit, commDestroy and commAbort take it",
+           api);
+      res = commInvalidUsage;
+    }
   } else if (commAborted(comm) == COMM_ABORT_USER) {
     WARN("%s: communicator was aborted", api);
     res = commInvalidUsage;
@@ -139,8 +146,9 @@ static commResult_t apiEnter(comm_t comm, const char* api, int allowError) {
   }
   return res;
 }
-commResult_t commApiEnter(comm_t comm, const char* api) { return apiEnter(comm, api, 0); }
-commResult_t commApiEnterAfterError(comm_t comm, const char* api) { return apiEnter(comm, api, 1); }
+commResult_t commApiEnter(comm_t comm, const char* api) { return apiEnter(comm, api, 0, 0); }
+commResult_t commApiEnterAfterError(comm_t comm, const char* api) { return apiEnter(comm, api, 1, 1); }
+commResult_t commApiEnterRevoked(comm_t comm, const char* api) { return apiEnter(comm, api, 0, 1); }
 
 void commApiLeave(comm_t comm) {
   commRecordError(comm, commLogFirstWarn());
@@ -615,7 +623,7 @@ COMM_API commResult_t commRegister(const comm_t comm, void* buff, size_t size, v
 }
 
 COMM_API commResult_t commDeregister(const comm_t comm, void* handle) {
-  COMMCHECK(commApiEnter(comm, "commDeregister"));
+  COMMCHECK(commApiEnterRevoked(comm, "commDeregister")); /* releasing stays possible */
   commRegHandle* h = (commRegHandle*)handle;
   commResult_t res = commSuccess;
   if (h == NULL || h->magic != COMM_REG_MAGIC || h->comm != comm) {
@@ -651,6 +659,10 @@ static commResult_t finalizeHeld(comm_t comm) {
   }
   if (comm->finalized) {
     WARN("commFinalize: communicator already finalized");
+    return commNoteCallError(comm, commInvalidUsage);
+  }
+  if (__atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)) {
+    WARN("commFinalize: communicator was revoked (commRevoke): destroy it (commDestroy) instead");
     return commNoteCallError(comm, commInvalidUsage);
   }
   /* Operations on device buffers finish first (a kernel ends on abort or timeout too). */

@@ -9,7 +9,13 @@
  * peer a layer found dead (comm->failedPeer), or, after a timeout, the rank that no longer answers a probe.
  * A rank told so (onPeerFailure, on the bootstrap's thread) records it, sets the abort flag to
  * COMM_ABORT_PEER_FAILED so that every wait of every layer ends, and every later error message of the
- * communicator names that rank. A failure a rank was told of is not reported again. */
+ * communicator names that rank. A failure a rank was told of is not reported again.
+ *
+ * Revoke (commRevoke, NCCL's ncclCommRevoke): this rank stops the communicator's work itself. The abort flag
+ * ends its operations in progress (they fail; their errors are not recorded), the other ranks get a notice
+ * naming this rank (their operations end with commRemoteError), and once every call inside the communicator
+ * has left, the error word is commSuccess again and the bootstrap takes no more notices: the communicator is
+ * quiescent, refuses operations (commApiEnter), and serves commShrink and commSplit over its bootstrap. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -226,6 +232,8 @@ static void reportFailure(struct commComm* comm, commResult_t res, const char* c
 }
 
 void commSetAsyncError(comm_t comm, commResult_t res) {
+  /* Operations a revoke ended fail as it meant them to: its notice went out, and the state stays quiesced. */
+  if (__atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)) return;
   int expected = commSuccess;
   if (!__atomic_compare_exchange_n(&comm->asyncError, &expected, (int)res, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     return; /* the first error is the cause */
@@ -272,4 +280,72 @@ COMM_API commResult_t commGetAsyncError(comm_t comm, commResult_t* asyncError) {
   }
   commRelease(comm);
   return res;
+}
+
+/* The notice of this rank's revoke, unless the others know of a failure already (they stop as it is). */
+static void revokeNotice(struct commComm* comm) {
+  char reason[96];
+  snprintf(reason, sizeof(reason), "rank %d revoked the communicator (commRevoke)", comm->rank);
+  if (!notePeerFailure(comm, comm->rank, comm->rank, commInvalidUsage, 0, reason)) return;
+  if (comm->bootstrap == NULL || comm->nRanks < 2) return;
+  commBootstrapFailure f;
+  memset(&f, 0, sizeof(f));
+  f.culprit = comm->rank;
+  f.reporter = comm->rank;
+  f.result = commInvalidUsage;
+  f.opSeq = 0; /* every operation stops */
+  copyText(f.reason, sizeof(f.reason), reason);
+  if (bootstrapReportFailure(comm->bootstrap, &f) != commSuccess)
+    WARN_NOTICE("rank %d: could not tell every rank of the revoke (see above); they stop at their timeout", comm->rank);
+}
+
+COMM_API commResult_t commRevoke(comm_t comm, int flags) {
+  commLogClearLastWarn();
+  if (comm == NULL) return commSuccess; /* as ncclCommRevoke */
+  COMMCHECK(commRetain(comm, "commRevoke"));
+  commLogSetRank(comm->rank);
+  commResult_t res = commSuccess;
+  int state = __atomic_load_n(&comm->initState, __ATOMIC_ACQUIRE);
+  if (flags != COMM_REVOKE_DEFAULT) {
+    WARN("commRevoke: flags 0x%x: only COMM_REVOKE_DEFAULT (0) is defined", (unsigned)flags);
+    res = commInvalidArgument;
+  } else if (state != COMM_INIT_DONE) {
+    WARN("commRevoke: communicator initialisation %s", state == COMM_INIT_RUNNING ? "is still in progress" : "failed");
+    res = commInvalidUsage;
+  } else if (comm->finalized) {
+    WARN("commRevoke: communicator was finalized");
+    res = commInvalidArgument;
+  } else if (__atomic_exchange_n(&comm->revoked, 1, __ATOMIC_ACQ_REL)) {
+    WARN("commRevoke: communicator was revoked already");
+    res = commInvalidArgument;
+  }
+  if (res != commSuccess) {
+    commNoteCallError(comm, res);
+    commRelease(comm);
+    commLogSetRank(-1);
+    return res;
+  }
+  INFO(COMM_INIT, "comm %p rank %d nRanks %d - Revoke START", (void*)comm, comm->rank, comm->nRanks);
+  /* Every wait of every layer ends (the bootstrap's do not: shrink and split use it). */
+  __atomic_store_n(&comm->abortFlag, COMM_ABORT_USER, __ATOMIC_RELEASE);
+  commDevAbort(comm);
+  revokeNotice(comm);
+  /* Quiescent: the calls inside the communicator (other threads' operations) have left, kernels have ended.
+   * Meanwhile the bootstrap's waits end too (an operation's connection setup exchanges over it); it serves
+   * again after (each of its messages is a connection of its own: an ended wait leaves nothing half done). */
+  __atomic_store_n(&comm->bootstrapAbort, 1, __ATOMIC_RELEASE);
+  int64_t deadline = commDeadlineNs(comm->timeoutMs);
+  commBackoff b = {0};
+  while (__atomic_load_n(&comm->inFlight, __ATOMIC_ACQUIRE) > 1 && commTimeNs() < deadline) commBackoffWait(&b);
+  if (__atomic_load_n(&comm->inFlight, __ATOMIC_ACQUIRE) > 1)
+    WARN_NOTICE("commRevoke: rank %d: calls still inside the communicator after %lld ms; going on", comm->rank,
+                (long long)comm->timeoutMs);
+  __atomic_store_n(&comm->bootstrapAbort, 0, __ATOMIC_RELEASE);
+  (void)commDevSync(comm); /* the aborted kernels' error is the revoke's */
+  if (comm->bootstrap != NULL) bootstrapClearFailure(comm->bootstrap);
+  __atomic_store_n(&comm->asyncError, commSuccess, __ATOMIC_RELEASE);
+  INFO(COMM_INIT, "comm %p rank %d nRanks %d - Revoke COMPLETE", (void*)comm, comm->rank, comm->nRanks);
+  commRelease(comm);
+  commLogSetRank(-1);
+  return commSuccess;
 }

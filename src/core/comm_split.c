@@ -1,5 +1,6 @@
 /* Communicators made from a communicator: commSplit (every rank takes part: (color, key) allgathered over
- * the parent's bootstrap) and commShrink (only the survivors of a failure take part). */
+ * the parent's bootstrap) and commShrink (only the survivors of a failure take part). Both take a revoked
+ * parent (commRevoke, comm_error.c): its bootstrap still serves, and its connections are not shared. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,8 +10,9 @@
 #include "exec_dev.h"
 #include "utils.h"
 
-#define COMM_TAG_SPLIT 0x20000000  /* transports use 0x40000000 and up */
-#define COMM_TAG_SHRINK 0x30000000 /* one tag: survivors' op counters may differ after a failure */
+#define COMM_TAG_SPLIT 0x20000000         /* transports use 0x40000000 and up */
+#define COMM_TAG_SHRINK 0x30000000        /* one tag: survivors' op counters may differ after a failure */
+#define COMM_TAG_SPLIT_REVOKED 0x30000001 /* split of a revoked parent: its ranks' op counters may differ too */
 
 /* ---- Split ---- */
 typedef struct {
@@ -56,7 +58,7 @@ static commResult_t deferredSplit(void* p) {
 COMM_API commResult_t commSplit(comm_t comm, int color, int key, comm_t* newcomm, commConfig_t* config) {
   if (commGroupDepth() > 0 && newcomm != NULL) {
     /* All splits of this thread's group run together at commGroupEnd (*newcomm is set then). */
-    COMMCHECK(commApiEnter(comm, "commSplit"));
+    COMMCHECK(commApiEnterRevoked(comm, "commSplit"));
     commResult_t res = commCheckConfig(config);
     *newcomm = NULL;
     if (res == commSuccess) {
@@ -67,7 +69,7 @@ COMM_API commResult_t commSplit(comm_t comm, int color, int key, comm_t* newcomm
     commApiLeave(comm);
     return res;
   }
-  COMMCHECK(commApiEnter(comm, "commSplit"));
+  COMMCHECK(commApiEnterRevoked(comm, "commSplit")); /* a revoked parent too: recovery */
   commResult_t res = commSuccess;
   splitInfo* all = NULL;
   splitInfo* members = NULL;
@@ -99,7 +101,9 @@ COMM_API commResult_t commSplit(comm_t comm, int color, int key, comm_t* newcomm
     ranks[i] = members[i].rank;
     if (members[i].rank == comm->rank) newRank = i;
   }
-  int tag = COMM_TAG_SPLIT + (int)(comm->opCount++ & 0xfffff);
+  /* A revoke may have ended an operation some ranks had counted and others had not. */
+  int tag = __atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE) ? COMM_TAG_SPLIT_REVOKED
+                                                              : COMM_TAG_SPLIT + (int)(comm->opCount++ & 0xfffff);
   res = childInit(comm, ranks, n, newRank, tag, config, newcomm);
   if (res == commSuccess || res == commInProgress) {
     (*newcomm)->parent = comm;

@@ -49,6 +49,9 @@ commResult_t commPlansBuildMulti(struct commComm** comms, commTask** lists, int 
 commResult_t commApiEnter(comm_t comm, const char* api);
 /* The same, but an earlier asynchronous error of the communicator does not refuse the call (commShrink). */
 commResult_t commApiEnterAfterError(comm_t comm, const char* api);
+/* Like commApiEnter, but a revoked communicator (commRevoke) is taken: commSplit, and the calls that release
+ * what a communicator gave out (commDeregister, commRedOpDestroy). commApiEnterAfterError takes one too. */
+commResult_t commApiEnterRevoked(comm_t comm, const char* api);
 void commApiLeave(comm_t comm);
 
 /* src/core/comm.c, shared with comm_split.c: a config check (commInvalidArgument with a WARN), and calls

@@ -266,6 +266,14 @@ out:
 /* Split the task list by communicator (keeping order), build each communicator's plans, run them all. */
 static commResult_t runTasks(commTask* tasks) {
   commResult_t res = commSuccess;
+  /* A communicator revoked while the group was open (its calls were checked when they were made). */
+  for (commTask* t = tasks; t; t = t->next) {
+    if (!__atomic_load_n(&t->comm->revoked, __ATOMIC_ACQUIRE)) continue;
+    commLogSetRank(t->comm->rank);
+    WARN("commGroupEnd: a communicator of the group was revoked (commRevoke) after its calls were made: the "
+         "group does not run");
+    return commInvalidUsage;
+  }
   if (tasks && !tasks->next && tasks->kind == COMM_TASK_COLL && tasks->onDevice) {
     int finished = 0;
     res = runCachedTask(tasks, &finished);

@@ -82,7 +82,7 @@ out:
 }
 
 COMM_API commResult_t commRedOpDestroy(commRedOp_t op, comm_t comm) {
-  COMMCHECK(commApiEnter(comm, "commRedOpDestroy"));
+  COMMCHECK(commApiEnterRevoked(comm, "commRedOpDestroy")); /* releasing stays possible */
   commResult_t res = commSuccess;
   int idx = (int)op - commNumOps;
   if ((int)op >= 0 && (int)op < commNumOps) {

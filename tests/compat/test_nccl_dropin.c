@@ -8,20 +8,34 @@
  *  - ncclCommSplit into even and odd ranks, rank 0 passing NCCL_SPLIT_NOCOLOR (gets NULL);
  *  - register/deregister and window handles: a foreign handle is refused;
  *  - ncclCommShrink excluding the last rank, which does not call it (as a failed rank would not): the
- *    survivors' new communicator allreduces right; the last rank excluding itself is refused; ncclCommRevoke, the device API's ncclDevCommCreate: ncclInvalidUsage (not
- *    provided); ncclTeamWorld is the world team; ncclGroupSimulateEnd estimates a group without running it;
+ *    survivors' new communicator allreduces right; the last rank excluding itself is refused;
+ *  - ncclCommRevoke on a copy of the communicator: rank 0 revokes it while its own allreduce (another
+ *    thread) and the other ranks' wait for the last rank, which calls only after the revoke: every call
+ *    ends with an error within seconds (rank 0's ncclInvalidUsage, the others' ncclRemoteError; the library's
+ *    timeout is the default 10 minutes, so only the revoke can end them); bad flags and a second revoke are
+ *    ncclInvalidArgument, ncclCommFinalize and new collectives ncclInvalidUsage, ncclCommGetAsyncError
+ *    ncclSuccess; after every rank revoked it, ncclCommShrink (excluding none) and ncclCommSplit make working
+ *    communicators of it;
+ *  - the device API's host functions, as ncclX and as pncclX (dlsym: the same function): those that set
+ *    one up are ncclInvalidUsage (not provided); ncclTeamWorld is the world team; ncclGroupSimulateEnd
+ *    estimates a group without running it;
  *  - ncclCommAbort from a watchdog thread while this thread waits in an allreduce nobody else joins
  *    (the last rank only; the others have finished): the call returns an error instead of hanging;
  *  - one more process, as nccl-tests does it: two communicators created from one thread inside
  *    ncclGroupStart/End, an allreduce over both in one group; then a non-blocking communicator
- *    (config.blocking = 0) of 2 ranks made the same way, polled with ncclCommGetAsyncError.
+ *    (config.blocking = 0) of 2 ranks made the same way, polled with ncclCommGetAsyncError; around them
+ *    ncclResetDebugInit (through dlsym: NVIDIA's header marks it deprecated) rereads the logging variables:
+ *    after NCCL_DEBUG=INFO and NCCL_DEBUG_FILE, INFO lines reach the file, and none after COMM_DEBUG=WARN
+ *    (COMM_DEBUG_FILE the same file) and another reset.
  * Exit 0 when every check passed. SPDX-License-Identifier: Apache-2.0 */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -131,6 +145,110 @@ static void handles(ncclComm_t comm, ncclComm_t other) {
   NCCLOK(ncclCommWindowDeregister(comm, w));
 }
 
+/* The device API's host functions: each found as ncclX and pncclX, one function; those that set up the
+ * device API refuse (ncclInvalidUsage). */
+typedef ncclResult_t (*devCommCreateFn)(ncclComm_t, const void*, void*);
+typedef ncclResult_t (*devCommDestroyFn)(ncclComm_t, const void*);
+typedef ncclResult_t (*ginBarrierFn)(ncclComm_t, teamT, int, void*, void*);
+typedef ncclResult_t (*lsaBarrierFn)(teamT, int, void*, void*);
+typedef ncclResult_t (*llA2AFn)(int, int, void*, void*);
+typedef teamT (*teamFn)(ncclComm_t);
+static void deviceApi(ncclComm_t comm) {
+  static const char names[] = "DevCommCreate DevCommDestroy GinBarrierCreateRequirement LsaBarrierCreateRequirement "
+                              "LLA2ACreateRequirement LLA2ACalcSlots TeamWorld TeamLsa TeamRail TeamRankToWorld "
+                              "TeamRankToLsa";
+  void* fp[16] = {NULL};
+  int i = 0;
+  for (const char* p = names; *p; i++) {
+    int len = (int)strcspn(p, " ");
+    char n[64], pn[64];
+    snprintf(n, sizeof(n), "nccl%.*s", len, p);
+    snprintf(pn, sizeof(pn), "pnccl%.*s", len, p);
+    fp[i] = dlsym(RTLD_DEFAULT, pn);
+    CHECK(fp[i] != NULL && fp[i] == dlsym(RTLD_DEFAULT, n), "%s %p and %s %p", pn, fp[i], n, dlsym(RTLD_DEFAULT, n));
+    p += len + (p[len] == ' ');
+  }
+  CHECK(i == 11, "%d device API functions", i);
+  if (failures) return;
+  char buf[256];
+  teamT world = ncclTeamWorld(comm);
+  CHECK(((devCommCreateFn)fp[0])(comm, buf, buf) == ncclInvalidUsage, "pncclDevCommCreate");
+  CHECK(((devCommDestroyFn)fp[1])(comm, buf) == ncclInvalidUsage, "pncclDevCommDestroy");
+  CHECK(((ginBarrierFn)fp[2])(comm, world, 1, buf, buf) == ncclInvalidUsage, "pncclGinBarrierCreateRequirement");
+  CHECK(((lsaBarrierFn)fp[3])(world, 1, buf, buf) == ncclInvalidUsage, "pncclLsaBarrierCreateRequirement");
+  CHECK(((llA2AFn)fp[4])(1, 1, buf, buf) == ncclInvalidUsage, "pncclLLA2ACreateRequirement");
+  CHECK(((teamFn)fp[6])(comm).nRanks == nRanks, "pncclTeamWorld");
+}
+
+/* Revoke (ncclCommRevoke) while calls wait: see the header. */
+static int revokeDone[2]; /* a pipe: rank 0 writes a byte once its revoke has returned */
+static ncclComm_t revokeComm;
+static ncclResult_t revokeThreadRes;
+static double seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+static void* revokedAllReduce(void* arg) {
+  (void)arg;
+  float x = 1.0f, y = 0.0f;
+  revokeThreadRes = ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, revokeComm, NULL);
+  return NULL;
+}
+static void revokeCheck(ncclComm_t comm) {
+  ncclComm_t rv = NULL;
+  NCCLOK(ncclCommSplit(comm, 0, me, &rv, NULL));
+  if (rv == NULL) return;
+  float x = (float)(me + 1), y = 0.0f;
+  double t0 = seconds();
+  ncclResult_t r;
+  if (me == 0) {
+    revokeComm = rv;
+    pthread_t t;
+    pthread_create(&t, NULL, revokedAllReduce, NULL);
+    usleep(200 * 1000); /* (the allreduces wait by now, nearly always; an earlier revoke refuses them) */
+    CHECK(ncclCommRevoke(rv, 0x1) == ncclInvalidArgument, "revoke with unknown flags");
+    NCCLOK(ncclCommRevoke(rv, NCCL_REVOKE_DEFAULT));
+    pthread_join(t, NULL);
+    r = revokeThreadRes;
+    CHECK(r == ncclInvalidUsage, "rank 0's revoked allreduce returned %d", (int)r);
+    CHECK(write(revokeDone[1], "x", 1) == 1, "telling the last rank");
+    ncclResult_t st = ncclInternalError;
+    NCCLOK(ncclCommGetAsyncError(rv, &st));
+    CHECK(st == ncclSuccess, "async error %d after the revoke", (int)st);
+    CHECK(ncclCommRevoke(rv, NCCL_REVOKE_DEFAULT) == ncclInvalidArgument, "a second revoke");
+    CHECK(ncclCommFinalize(rv) == ncclInvalidUsage, "finalize after revoke");
+  } else {
+    if (me == nRanks - 1) { /* calls once the revoke has returned: the notice ended it, or will */
+      char b = 0;
+      CHECK(read(revokeDone[0], &b, 1) == 1, "waiting for rank 0's revoke");
+    }
+    r = ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, rv, NULL);
+    CHECK(r == ncclRemoteError, "allreduce on a communicator another rank revoked returned %d", (int)r);
+    NCCLOK(ncclCommRevoke(rv, NCCL_REVOKE_DEFAULT));
+  }
+  double took = seconds() - t0;
+  CHECK(took < 20.0, "the revoked calls took %.1f s", took);
+  r = ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, rv, NULL);
+  CHECK(r == ncclInvalidUsage, "allreduce after revoke returned %d", (int)r);
+  CHECK(strstr(ncclGetLastError(NULL), "revoked") != NULL, "last error: %s", ncclGetLastError(NULL));
+  /* Recovery: every rank revoked it; shrink (excluding none) and split still make communicators of it. */
+  ncclComm_t c[2] = {NULL, NULL};
+  NCCLOK(ncclCommShrink(rv, NULL, 0, &c[0], NULL, NCCL_SHRINK_DEFAULT));
+  NCCLOK(ncclCommSplit(rv, 0, -me, &c[1], NULL));
+  for (int k = 0; k < 2; k++) {
+    if (c[k] == NULL) continue;
+    int rank = -1;
+    NCCLOK(ncclCommUserRank(c[k], &rank));
+    CHECK(rank == (k == 0 ? me : nRanks - 1 - me), "rank %d in the %s communicator", rank, k ? "split" : "shrunk");
+    y = 0.0f;
+    NCCLOK(ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, c[k], NULL));
+    CHECK(y == (float)nRanks * (nRanks + 1) / 2, "allreduce after revoke and %s: %g", k ? "split" : "shrink", y);
+    NCCLOK(ncclCommDestroy(c[k]));
+  }
+  NCCLOK(ncclCommDestroy(rv));
+}
+
 static ncclComm_t abortComm;
 static int abortDone[2]; /* a pipe: the last rank writes a byte once its aborted call has returned */
 /* The abort may land before the call waits or while it waits (the second, with this pause, nearly always):
@@ -200,9 +318,10 @@ static int rankMain(ncclUniqueId id, ncclUniqueId abortId) {
     CHECK(y == (float)(nRanks - 1) * nRanks / 2, "shrunk allreduce %g", y);
     NCCLOK(ncclCommDestroy(shrunk));
   }
-  CHECK(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT) == ncclInvalidUsage, "revoke");
+  revokeCheck(comm);
   char devComm[256];
   CHECK(ncclDevCommCreate(comm, devComm, devComm) == ncclInvalidUsage, "the device API is not provided");
+  deviceApi(comm);
   teamT world = ncclTeamWorld(comm);
   CHECK(world.nRanks == nRanks && world.rank == me && world.stride == 1, "world team %d %d %d", world.nRanks,
         world.rank, world.stride);
@@ -258,7 +377,31 @@ static int rankMain(ncclUniqueId id, ncclUniqueId abortId) {
 }
 
 /* Two ranks driven by one thread, as nccl-tests does: init in a group, a collective on both in a group. */
+/* ncclResetDebugInit with PREFIX_DEBUG=level and PREFIX_DEBUG_FILE=path (prefix NCCL or COMM; the other
+ * prefix's unset; path NULL: all four unset); the file's size after it (-1: no file). */
+static long resetDebug(const char* prefix, const char* level, const char* path) {
+  void (*reset)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "ncclResetDebugInit");
+  CHECK(reset != NULL && dlsym(RTLD_DEFAULT, "pncclResetDebugInit") != NULL, "ncclResetDebugInit not exported");
+  static const char* const vars[] = {"COMM_DEBUG", "COMM_DEBUG_FILE", "NCCL_DEBUG", "NCCL_DEBUG_FILE"};
+  for (int i = 0; i < 4; i++) unsetenv(vars[i]);
+  char lv[32], fv[32];
+  snprintf(lv, sizeof(lv), "%s_DEBUG", prefix);
+  snprintf(fv, sizeof(fv), "%s_DEBUG_FILE", prefix);
+  if (path) {
+    setenv(lv, level, 1);
+    setenv(fv, path, 1);
+  }
+  if (reset) reset();
+  struct stat st;
+  return path && stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
 static int oneThreadMain(ncclUniqueId id, ncclUniqueId nbId) {
+  char logPath[64];
+  snprintf(logPath, sizeof(logPath), "/tmp/test_nccl_dropin.%d.log", (int)getpid());
+  resetDebug("COMM", NULL, NULL); /* logging set up at WARN, on stderr: the next reset must change both */
+  long logSize = resetDebug("NCCL", "INFO", logPath);
+  CHECK(logSize >= 0, "NCCL_DEBUG_FILE %s not opened by ncclResetDebugInit", logPath);
   ncclComm_t c[2] = {NULL, NULL};
   NCCLOK(ncclGroupStart());
   for (int r = 0; r < 2; r++) NCCLOK(ncclCommInitRank(&c[r], 2, id, r));
@@ -270,6 +413,15 @@ static int oneThreadMain(ncclUniqueId id, ncclUniqueId nbId) {
   NCCLOK(ncclGroupEnd());
   CHECK(y[0] == 3.0f && y[1] == 3.0f, "one-thread allreduce %g %g", y[0], y[1]);
   for (int r = 0; r < 2; r++) NCCLOK(ncclCommDestroy(c[r]));
+  /* INFO lines (init, destroy) went to the file; from here on, at WARN, none do. */
+  char text[8192] = "";
+  FILE* f = fopen(logPath, "r");
+  size_t got = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+  text[got] = '\0';
+  if (f) fclose(f);
+  CHECK(strstr(text, " COMM INFO ") != NULL, "no INFO line in %s after NCCL_DEBUG=INFO and ncclResetDebugInit",
+        logPath);
+  logSize = resetDebug("COMM", "WARN", logPath);
   /* Non-blocking: init returns at once (ncclSuccess or ncclInProgress); poll until it is done. */
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
@@ -289,6 +441,10 @@ static int oneThreadMain(ncclUniqueId id, ncclUniqueId nbId) {
     CHECK(st == ncclSuccess, "non-blocking rank %d ended in %d", r, (int)st);
   }
   for (int r = 0; r < 2; r++) NCCLOK(ncclCommDestroy(c[r]));
+  long after = resetDebug("COMM", "WARN", logPath);
+  CHECK(after == logSize, "%s grew from %ld to %ld bytes at COMM_DEBUG=WARN", logPath, logSize, after);
+  resetDebug("COMM", NULL, NULL);
+  unlink(logPath);
   return failures;
 }
 
@@ -302,7 +458,7 @@ int main(int argc, char** argv) {
    * it forks (a child of a threaded parent may inherit a lock held by a thread it does not have). */
   pid_t pid[MAXN + 1];
   int fds[MAXN + 1][2];
-  if (pipe(abortDone) != 0) return 2;
+  if (pipe(abortDone) != 0 || pipe(revokeDone) != 0) return 2;
   for (int r = 0; r <= nRanks; r++) {
     fflush(NULL);
     if (pipe(fds[r]) != 0 || (pid[r] = fork()) < 0) return 2;
