@@ -60,12 +60,13 @@ check_adapter() {
   fi
 }
 
-# 2. The network alone, on its default interfaces, then on lo only.
+# 2. The network alone, on its default interfaces (every collective), then on lo only (-A: the allreduce cases:
+# what they check is the interface, not the collectives; also below, to keep the test short).
 if run net.np3 -- -np 3 -rph 1 -q; then
   check_net net.np3 AggdTcp
   check_adapter net.np3
 fi
-if run net.lo.np2 NCCL_SOCKET_IFNAME==lo -- -np 2 -rph 1 -q; then
+if run net.lo.np2 NCCL_SOCKET_IFNAME==lo -- -np 2 -rph 1 -q -A; then
   check_net net.lo.np2 AggdTcp
   check_adapter net.lo.np2
   has net.lo.np2 -E "NET/AggdTcp : TCP network \(ncclNetPlugin_v10\), 1 device\(s\): 0 lo 127\." ||
@@ -85,7 +86,7 @@ if [[ -z $addr ]]; then
   fail "comm_aggd did not say where it listens:"
   cat "$LOGS/aggd.err"
 elif run collnet.np4 COMM_AGGD="$addr" COMM_AGGD_PLUGIN="$LIB" COMM_COLLNET_ENABLE=1 COMM_ALGO=allreduce:collnet \
-  NCCL_SOCKET_IFNAME==lo -- -np 4 -rph 1 -A; then
+  NCCL_SOCKET_IFNAME==lo -- -np 4 -rph 1 -q -A; then
   check_net collnet.np4 AggdTcp
   check_adapter collnet.np4
   on=$(count collnet.np4 -F "COLLNET : on:")
@@ -98,7 +99,7 @@ fi
 
 # 4. No interface matches: the plugin says so and libcomm runs on its Socket network. (libcomm reads
 # NCCL_SOCKET_IFNAME too, for COMM_SOCKET_IFNAME: COMM_SOCKET_IFNAME=lo, which wins, keeps it an interface.)
-if run noif.np2 NCCL_SOCKET_IFNAME=nosuchif0 COMM_SOCKET_IFNAME=lo -- -np 2 -rph 1 -q; then
+if run noif.np2 NCCL_SOCKET_IFNAME=nosuchif0 COMM_SOCKET_IFNAME=lo -- -np 2 -rph 1 -q -A; then
   check_net noif.np2 Socket
   has noif.np2 -F "NCCL_SOCKET_IFNAME=nosuchif0: no IPv4 interface that is up matches" ||
     fail "noif.np2: no WARN of the plugin about NCCL_SOCKET_IFNAME"
