@@ -50,7 +50,7 @@ check_example() {
 }
 # static_only NAME: linked with libcomm.a: it must not need libcomm.so.
 static_only() {
-  ! readelf -d "$work/$1" | grep -q 'libcomm\.so' || fail "$1 needs libcomm.so: not linked statically"
+  ! readelf -d "$work/$1" | grep 'libcomm\.so' > /dev/null || fail "$1 needs libcomm.so: not linked statically"
 }
 # check_nccl_h DEPFILE NAME yes|no: NAME (its compiler's dependency file) was compiled against the installed
 # nccl.h, which included cuda_runtime.h (yes) or did not (no).
@@ -109,7 +109,7 @@ read -r -a nccl_cflags <<< "$(pkg-config --cflags nccl)"
 read -r -a nccl_libs <<< "$(pkg-config --libs nccl)"
 run cc.log cc -MD -MF "$work/nccl_host.d" "$src_dir/nccl_host.c" -o "$work/pc_nccl_host" "${nccl_cflags[@]}" "${nccl_libs[@]}"
 check_nccl_h "$work/nccl_host.d" pc_nccl_host "$default_cuda"
-readelf -d "$work/pc_nccl_host" | grep -q 'libnccl\.so\.2' || fail "pc_nccl_host does not need libnccl.so.2"
+readelf -d "$work/pc_nccl_host" | grep 'libnccl\.so\.2' > /dev/null || fail "pc_nccl_host does not need libnccl.so.2"
 [[ "$(LD_LIBRARY_PATH="$libdir" ldd "$work/pc_nccl_host" | awk '/libnccl/ { print $3 }')" == "$libdir/libnccl.so.2" ]] ||
   fail "pc_nccl_host does not load $libdir/libnccl.so.2"
 LD_LIBRARY_PATH="$libdir" "$work/pc_nccl_host" > "$work/nccl_host.out" 2>&1 || fail "pc_nccl_host: $(cat "$work/nccl_host.out")"

@@ -26,9 +26,11 @@ int main(int argc, char** argv) {
   float host[4] = {1, 2, 3, 4};
   cudaStream_t stream;
   ncclComm_t comm;
+  ncclUniqueId id;
   if (!CUDA_OK(cudaStreamCreate(&stream)) || !CUDA_OK(cudaMemcpy(buf, host, sizeof(host), cudaMemcpyHostToDevice)))
     return 1;
-  if (ncclCommInitAll(&comm, 1, NULL) != ncclSuccess) return 1;
+  /* One rank on GPU 0 (cudaMalloc made it current), the way an NCCL program with one GPU per process starts. */
+  if (ncclGetUniqueId(&id) != ncclSuccess || ncclCommInitRank(&comm, 1, id, 0) != ncclSuccess) return 1;
   if (ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, comm, stream) != ncclSuccess) return 1;
   if (!CUDA_OK(cudaStreamSynchronize(stream))) return 1;
   memset(host, 0, sizeof(host));
