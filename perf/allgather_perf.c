@@ -15,6 +15,15 @@ static int source(int rank, int nranks, int root, size_t count, size_t j, int* s
   return 1;
 }
 
-static const perfColl_t coll = {"AllGather", 0, 0, 1, 1, 0, perfInPlaceSendInRecv, busBw, run, source};
+static const perfColl_t coll = {.name = "AllGather",
+                                .usesOp = 0,
+                                .usesRoot = 0,
+                                .sizeIsTotal = 1,
+                                .sendMul = 1,
+                                .recvMul = 0,
+                                .inPlace = perfInPlaceSendInRecv,
+                                .busBwFactor = busBw,
+                                .run = run,
+                                .source = source};
 
 int main(int argc, char** argv) { return perfMain(&coll, argc, argv); }

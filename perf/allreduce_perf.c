@@ -1,7 +1,7 @@
 /* allreduce_perf: commAllReduce bandwidth and correctness. SPDX-License-Identifier: Apache-2.0 */
 #include "common.h"
 
-static double busBw(int n) { return n > 1 ? 2.0 * (n - 1) / n : 1.0; }
+static double busBw(int n) { return 2.0 * (n - 1) / n; }
 
 static commResult_t run(const perfCallArgs_t* a) {
   return commAllReduce(a->sendbuff, a->recvbuff, a->count, a->type, a->op, a->comm, a->stream);
@@ -14,6 +14,15 @@ static int source(int rank, int nranks, int root, size_t count, size_t j, int* s
   return 1;
 }
 
-static const perfColl_t coll = {"AllReduce", 1, 0, 0, 1, 1, perfInPlaceSame, busBw, run, source};
+static const perfColl_t coll = {.name = "AllReduce",
+                                .usesOp = 1,
+                                .usesRoot = 0,
+                                .sizeIsTotal = 0,
+                                .sendMul = 1,
+                                .recvMul = 1,
+                                .inPlace = perfInPlaceSame,
+                                .busBwFactor = busBw,
+                                .run = run,
+                                .source = source};
 
 int main(int argc, char** argv) { return perfMain(&coll, argc, argv); }

@@ -18,6 +18,15 @@ static int source(int rank, int nranks, int root, size_t count, size_t j, int* s
   return 1;
 }
 
-static const perfColl_t coll = {"Broadcast", 0, 1, 0, 1, 1, perfInPlaceSame, busBw, run, source};
+static const perfColl_t coll = {.name = "Broadcast",
+                                .usesOp = 0,
+                                .usesRoot = 1,
+                                .sizeIsTotal = 0,
+                                .sendMul = 1,
+                                .recvMul = 1,
+                                .inPlace = perfInPlaceSame,
+                                .busBwFactor = busBw,
+                                .run = run,
+                                .source = source};
 
 int main(int argc, char** argv) { return perfMain(&coll, argc, argv); }

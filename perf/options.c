@@ -1,6 +1,7 @@
 /*
- * libcomm perf harness: the command line, in nccl-tests' names (-b -e -f -i -n -w -c -d -o -r -M -G -np -t -H).
- * Public API (comm.h) only.
+ * libcomm perf harness: the command line of the libcomm names (allreduce_perf, ...): nccl-tests' names for
+ * the common flags (-b -e -f -i -n -w -c -d -o -r -G -t -J) and libcomm's own (-M -np -H). nccl_options.c
+ * parses nccl-tests' flags for the nccl-tests names. Public API (comm.h) only.
  * SPDX-License-Identifier: Apache-2.0
  */
 #include "options.h"
@@ -40,14 +41,17 @@ static void usage(FILE* f) {
           "  -t, --nthreads <n>        ranks per process, one thread each (default 1)\n"
           "  -H, --hostperproc <0|1>   with -np: 1 makes each process a host of its own (COMM_HOSTID), so\n"
           "                            ranks of different processes talk over the network (default 0)\n"
+          "  -J, --output_file <file>  also write the results as nccl-tests' JSON (the name must end in .json;\n"
+          "                            an existing file is kept and FILE.0, FILE.1, ... is written instead)\n"
           "  -h, --help\n"
           "Without -np, ranks come from the environment: COMM_RANK/COMM_NRANKS/COMM_ROOT; torchrun's\n"
           "RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT; or, when COMM_ROOT is set, OMPI_COMM_WORLD_RANK/SIZE,\n"
-          "PMI_RANK/PMI_SIZE or SLURM_PROCID/SLURM_NTASKS. Otherwise one process runs -t ranks.\n",
+          "PMI_RANK/PMI_SIZE or SLURM_PROCID/SLURM_NTASKS. Otherwise one process runs -t ranks.\n"
+          "With nccl-tests' flags and output: perf/nccl-tests/<name> (all_reduce_perf, ...), see --help there.\n",
           progName);
 }
 
-static int parseSize(const char* s, size_t* out) {
+int perfParseSize(const char* s, size_t* out) {
   char* end;
   errno = 0;
   double v = strtod(s, &end);
@@ -115,13 +119,30 @@ static int parseArgs(int argc, char** argv) {
     const char* s;
     const char* s2;
     const char* l;
-  } names[] = {{"-b", NULL, "--minbytes"},  {"-e", NULL, "--maxbytes"},  {"-f", NULL, "--stepfactor"},
-               {"-i", NULL, "--stepbytes"}, {"-n", NULL, "--iters"},     {"-w", NULL, "--warmup_iters"},
-               {"-c", NULL, "--check"},     {"-d", NULL, "--datatype"},  {"-o", NULL, "--op"},
-               {"-r", NULL, "--root"},      {"-M", "-m", "--memory"},    {"-np", NULL, "--nprocs"},
-               {"-t", NULL, "--nthreads"},  {"-G", NULL, "--cudagraph"}, {"-H", NULL, "--hostperproc"}};
+  } names[] = {{"-b", NULL, "--minbytes"},   {"-e", NULL, "--maxbytes"},  {"-f", NULL, "--stepfactor"},
+               {"-i", NULL, "--stepbytes"},  {"-n", NULL, "--iters"},     {"-w", NULL, "--warmup_iters"},
+               {"-c", NULL, "--check"},      {"-d", NULL, "--datatype"},  {"-o", NULL, "--op"},
+               {"-r", NULL, "--root"},       {"-M", "-m", "--memory"},    {"-np", NULL, "--nprocs"},
+               {"-t", NULL, "--nthreads"},   {"-G", NULL, "--cudagraph"}, {"-H", NULL, "--hostperproc"},
+               {"-J", NULL, "--output_file"}};
   int factorSet = 0, stepSet = 0;
-  opts = (perfOpts_t){8, 64u << 20, 1u << 20, 2, 20, 5, 1, 0, memAuto, 0, 0, 1, 0, {commFloat32}, 1, {opSum}, 1};
+  opts = (perfOpts_t){.minBytes = 8,
+                      .maxBytes = 64u << 20,
+                      .stepBytes = 1u << 20,
+                      .stepFactor = 2,
+                      .iters = 20,
+                      .warmup = 5,
+                      .check = 1,
+                      .device = memAuto,
+                      .nthreads = 1,
+                      .types = {commFloat32},
+                      .ntypes = 1,
+                      .ops = {opSum},
+                      .nops = 1,
+                      .ngpus = 1,
+                      .aggIters = 1,
+                      .runCycles = 1,
+                      .average = avgMax};
   for (int a = 1; a < argc; a++) {
     const char* arg = argv[a];
     if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
@@ -142,7 +163,12 @@ static int parseArgs(int argc, char** argv) {
       }
     }
     if (which < 0) {
-      fprintf(stderr, "%s: unknown option '%s'\n", progName, arg);
+      /* A flag only nccl-tests has: say where those are taken. */
+      static const char ncclOnly[] = "gazyTCRNpSu";
+      int nccl = arg[0] == '-' && arg[1] && !arg[2] && strchr(ncclOnly, arg[1]);
+      fprintf(stderr, "%s: unknown option '%s'%s%s%s\n", progName, arg,
+              nccl ? " (nccl-tests' flags are taken under nccl-tests' names: perf/nccl-tests/" : "",
+              nccl ? progName : "", nccl ? ")" : "");
       return -1;
     }
     if (!val) {
@@ -154,15 +180,15 @@ static int parseArgs(int argc, char** argv) {
     }
     int bad = 0, iv = 0;
     switch (which) {
-      case 0: bad = parseSize(val, &opts.minBytes); break;
-      case 1: bad = parseSize(val, &opts.maxBytes); break;
+      case 0: bad = perfParseSize(val, &opts.minBytes); break;
+      case 1: bad = perfParseSize(val, &opts.maxBytes); break;
       case 2:
         bad = perfParseInt(val, 1, &iv);
         opts.stepFactor = (size_t)iv;
         factorSet = 1;
         break;
       case 3:
-        bad = parseSize(val, &opts.stepBytes) || opts.stepBytes == 0;
+        bad = perfParseSize(val, &opts.stepBytes) || opts.stepBytes == 0;
         stepSet = 1;
         break;
       case 4: bad = perfParseInt(val, 1, &opts.iters); break;
@@ -181,6 +207,7 @@ static int parseArgs(int argc, char** argv) {
       case 12: bad = perfParseInt(val, 1, &opts.nthreads); break;
       case 13: bad = perfParseInt(val, 0, &opts.graphs); break;
       case 14: bad = perfParseInt(val, 0, &opts.hostPerProc) || opts.hostPerProc > 1; break;
+      case 15: opts.jsonPath = val; break;
       default: bad = 1; break;
     }
     if (bad) {

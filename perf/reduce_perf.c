@@ -18,6 +18,15 @@ static int source(int rank, int nranks, int root, size_t count, size_t j, int* s
   return rank == root;
 }
 
-static const perfColl_t coll = {"Reduce", 1, 1, 0, 1, 1, perfInPlaceSame, busBw, run, source};
+static const perfColl_t coll = {.name = "Reduce",
+                                .usesOp = 1,
+                                .usesRoot = 1,
+                                .sizeIsTotal = 0,
+                                .sendMul = 1,
+                                .recvMul = 1,
+                                .inPlace = perfInPlaceSame,
+                                .busBwFactor = busBw,
+                                .run = run,
+                                .source = source};
 
 int main(int argc, char** argv) { return perfMain(&coll, argc, argv); }

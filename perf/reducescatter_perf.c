@@ -15,6 +15,15 @@ static int source(int rank, int nranks, int root, size_t count, size_t j, int* s
   return 1;
 }
 
-static const perfColl_t coll = {"ReduceScatter", 1, 0, 1, 0, 1, perfInPlaceRecvInSend, busBw, run, source};
+static const perfColl_t coll = {.name = "ReduceScatter",
+                                .usesOp = 1,
+                                .usesRoot = 0,
+                                .sizeIsTotal = 1,
+                                .sendMul = 0,
+                                .recvMul = 1,
+                                .inPlace = perfInPlaceRecvInSend,
+                                .busBwFactor = busBw,
+                                .run = run,
+                                .source = source};
 
 int main(int argc, char** argv) { return perfMain(&coll, argc, argv); }

@@ -141,6 +141,13 @@ set_tests_properties(integration.cluster_nics PROPERTIES SKIP_RETURN_CODE 77)
 # wrong COMM_ROOT_SECRET turned away.
 comm_it_test(env_launch COMMAND ${COMM_IT_DIR}/env_launch.sh $<TARGET_FILE:mp_colls> LABELS mp)
 
+# The perf tools under nccl-tests' names (perf/nccl-tests/), driven and parsed as scripts written for
+# nccl-tests do, and their -J JSON read back: every tool on 2 local ranks, host buffers (a few seconds).
+if(TARGET allreduce_perf)
+  comm_it_test(nccl_tests_tools COMMAND ${COMM_IT_DIR}/nccl_tests_check.sh
+    $<TARGET_FILE_DIR:allreduce_perf>/nccl-tests --buffers host LABELS mp)
+endif()
+
 # commDestroy without commFinalize (issue 19): 6 ranks end their last calls unsynchronised and destroy at once;
 # every call of every rank must succeed (shm, Socket, IB over the verbs fake); and a rank that destroys before
 # its part of an allreduce makes the others fail with commRemoteError naming it, not time out.
