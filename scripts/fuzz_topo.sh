@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Fuzz the topology XML reader and writer (tests/fuzz/fuzz_topo_xml.c) with libFuzzer + ASan + UBSan.
-# Builds build-fuzz/fuzz_topo_xml straight with clang (no CMake), seeds a corpus from tests/topo/*.xml and
-# runs for FUZZ_SECONDS (default 60). Exits non-zero when the fuzzer finds a crash, a leak, a timeout or a
+# Fuzz the topology XML readers and writers, libcomm's format and NCCL's (tests/fuzz/fuzz_topo_xml.c), with
+# libFuzzer + ASan + UBSan. Builds build-fuzz/fuzz_topo_xml straight with clang (no CMake), seeds a corpus
+# from tests/topo/*.xml (both formats) and runs for FUZZ_SECONDS (default 60). Exits non-zero when the fuzzer finds a crash, a leak, a timeout or a
 # round-trip difference (the reproducer is left in build-fuzz/, named crash-*, leak-*, timeout-*).
 #   FUZZ_SECONDS  run time (default 60)          FUZZ_JOBS   parallel fuzzing processes (default 1)
 #   FUZZ_CC       compiler (default clang)       FUZZ_DIR    build and corpus folder (default build-fuzz)
@@ -30,7 +30,9 @@ fi
 rm -f "$dir/probe"
 
 # The reader, the graph it builds and the core files those need.
-srcs=(tests/fuzz/fuzz_topo_xml.c src/topo/xml.c src/topo/xml_attr.c src/topo/xml_write.c src/topo/topo_file.c src/topo/graph.c src/topo/paths.c src/base/debug.c src/base/utils.c src/base/param.c)
+srcs=(tests/fuzz/fuzz_topo_xml.c src/topo/xml.c src/topo/xml_attr.c src/topo/xml_lex.c src/topo/xml_write.c
+  src/topo/nccl_xml.c src/topo/nccl_xml_map.c src/topo/nccl_xml_write.c src/topo/topo_file.c src/topo/graph.c
+  src/topo/paths.c src/base/debug.c src/base/utils.c src/base/param.c)
 echo "fuzz_topo.sh: building $dir/fuzz_topo_xml"
 "$cc" -g -O1 -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Werror -fno-omit-frame-pointer \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc/base -Isrc/topo \

@@ -3,10 +3,10 @@
  * the rings and trees of a communicator, and the transport between ranks.
  *
  *   comm_topo [-f topo.xml] [-n nranks] [-R ranks-per-host] [-c channels] [-d out.dot] [-p out.png]
- *             [-x out.xml] [-q] [-a] [-i]                             (see usage() or -h)
+ *             [-x out.xml] [-X nccl.xml] [-q] [-a] [-i]               (see usage() or -h)
  *
- * The topology comes from -f (commTopoLoadXml), else commTopoGet (COMM_TOPO_FILE, else discovery of this
- * machine). Ranks are placed as a launcher would: rank r on host r / R, on GPU (r % R) % nGpus of that host
+ * The topology comes from -f (commTopoLoadXml: libcomm's format or NCCL's), else commTopoGet (COMM_TOPO_FILE,
+ * else discovery of this machine). Ranks are placed as a launcher would: rank r on host r / R, on GPU (r % R) % nGpus of that host
  * (its CPU (r % R) % nCpus when the host has no GPU); the communicator node of a rank is its host.
  *
  * Output, in order: the hosts (host 0 in full: the tree below each CPU with the bandwidth of every node's
@@ -52,14 +52,16 @@ typedef struct {
   const char* dotPath;
   const char* pngPath;
   const char* xmlPath;
+  const char* ncclPath;
   int quiet, all, rdma, collnet;
 } topoOpts;
 
 static void usage(FILE* f, const char* prog) {
   fprintf(f,
           "usage: %s [-f topo.xml] [-n nranks] [-R ranks-per-host] [-c channels] [-d out.dot] [-p out.png]\n"
-          "          [-x out.xml] [-q] [-a] [-i] [-C]\n"
-          "  -f FILE   load the topology from FILE (default: COMM_TOPO_FILE, else discover this machine)\n"
+          "          [-x out.xml] [-X nccl.xml] [-q] [-a] [-i] [-C]\n"
+          "  -f FILE   load the topology from FILE, in libcomm's format or NCCL's (default: COMM_TOPO_FILE,\n"
+          "            else discover this machine)\n"
           "  -n N      ranks (default: ranks per host x hosts)\n"
           "  -R L      ranks per host (default: the most GPUs of any host, or 1 without GPUs; when only -n is\n"
           "            given and it needs more, n / hosts rounded up). Rank r runs on host r / L, on GPU\n"
@@ -67,7 +69,8 @@ static void usage(FILE* f, const char* prog) {
           "  -c CH     channels (rings) 1-%d (default: max(2, NICs per host))\n"
           "  -d FILE   write the topology as Graphviz DOT (host 0 only for several hosts, unless -a)\n"
           "  -p FILE   render it as PNG with Graphviz's dot (exit status 3 when dot is not installed)\n"
-          "  -x FILE   write the topology as XML (commTopoDumpXml; -f reads it back)\n"
+          "  -x FILE   write the topology as XML in libcomm's format (-f reads it back)\n"
+          "  -X FILE   write it in NCCL's format (NCCL_TOPO_FILE for NCCL; -f reads it back)\n"
           "  -q        print only the hosts' summary lines, the rings and the timing\n"
           "  -a        print everything: every host in full, whole rings, every rank\n"
           "  -i        list the RDMA devices the IB transport sees (libibverbs; COMM_IB_FAKE: the fake), their\n"
@@ -153,7 +156,8 @@ void nodeDetails(const commTopo* topo, int n, int multiline, char* buf, size_t l
   buf[0] = '\0';
   switch (nd->type) {
     case COMM_TOPO_CPU:
-      snprintf(buf, len, "numa %d%s%d cores%scpus %s%s%s %s%s%s%s%s", nd->u.cpu.numa, csep, nd->u.cpu.nCores, csep,
+      snprintf(sp, sizeof(sp), nd->u.cpu.nCores > 0 ? "%d" : "?", nd->u.cpu.nCores);
+      snprintf(buf, len, "numa %d%s%s cores%scpus %s%s%s %s%s%s%s%s", nd->u.cpu.numa, csep, sp, csep,
                nd->u.cpu.cpus[0] ? nd->u.cpu.cpus : "?", csep, nd->u.cpu.arch[0] ? nd->u.cpu.arch : "?",
                nd->u.cpu.vendor[0] ? nd->u.cpu.vendor : "?", nd->name[0] ? sep : "", nd->name[0] ? "\"" : "", nd->name,
                nd->name[0] ? "\"" : "");
@@ -629,7 +633,7 @@ int main(int argc, char** argv) {
   topoOpts o;
   memset(&o, 0, sizeof(o));
   int opt;
-  while ((opt = getopt(argc, argv, "f:n:R:c:d:p:x:qaiCh")) != -1) {
+  while ((opt = getopt(argc, argv, "f:n:R:c:d:p:x:X:qaiCh")) != -1) {
     int bad = 0;
     switch (opt) {
       case 'f': o.file = optarg; break;
@@ -639,6 +643,7 @@ int main(int argc, char** argv) {
       case 'd': o.dotPath = optarg; break;
       case 'p': o.pngPath = optarg; break;
       case 'x': o.xmlPath = optarg; break;
+      case 'X': o.ncclPath = optarg; break;
       case 'q': o.quiet = 1; break;
       case 'a': o.all = 1; break;
       case 'i': o.rdma = 1; break;
@@ -749,11 +754,13 @@ int main(int argc, char** argv) {
     if (writeDotFile(topo, o.dotPath, nShown) == 0) printf("\nDOT written to %s\n", o.dotPath);
     else status = 1;
   }
-  if (o.xmlPath) {
-    if (commTopoDumpXml(topo, o.xmlPath) == commSuccess) {
-      printf("XML written to %s\n", o.xmlPath);
+  for (int fmt = 0; fmt < 2; fmt++) {
+    const char* path = fmt == COMM_TOPO_FORMAT_NCCL ? o.ncclPath : o.xmlPath;
+    if (path == NULL) continue;
+    if (commTopoDumpFile(topo, path, fmt) == commSuccess) {
+      printf("XML%s written to %s\n", fmt == COMM_TOPO_FORMAT_NCCL ? " (NCCL's format)" : "", path);
     } else {
-      fprintf(stderr, "comm_topo: cannot write %s\n", o.xmlPath);
+      fprintf(stderr, "comm_topo: cannot write %s\n", path);
       status = 1;
     }
   }

@@ -93,6 +93,34 @@ expect(cluster_full "${cluster_full_out}" "\\(another host\\): NET" "no network 
 expect(cluster_full "${cluster_full_out}" "ch 01 tree 1: node0 \\[1 "
        "channel 1's chain of node 0 does not start at rank 1")
 
+# NCCL's topology format (tests/topo/nccl_*.xml): the DGX in NCCL's format has dgx_h100.xml's paths and
+# rings, the cloud VM its GPU-NIC pairs and one Ethernet NIC; -X writes NCCL's format, which loads back to the
+# same hosts; a malformed NCCL file is refused with its line.
+run(ndgx 0 -f ${TOPO_DIR}/nccl_dgx_h100.xml -X ${WORK}/ndgx.xml)
+expect(ndgx "${ndgx_out}" "host 0 \"\": 2 CPUs, 8 GPUs, 8 NICs, 12 PCI, NVSwitch" "summary line")
+expect(ndgx "${ndgx_out}" "\n  GPU0 +[^\n]* PIX/[0-9.]+ +PXB/" "path matrix: GPU0-NIC0 is not PIX")
+expect(ndgx "${ndgx_out}" "NVLink x18 -> NVS 450.0 GB/s" "NVLinks of the GPUs")
+expect(ndgx "${ndgx_out}" "XML \\(NCCL's format\\) written to " "-X output")
+string(REGEX MATCHALL "\nRing [0-9]+:" rings "${ndgx_out}")
+list(LENGTH rings nRings)
+if(NOT nRings EQUAL 8)
+  message(FATAL_ERROR "ndgx: ${nRings} rings, expected one per NIC (8)")
+endif()
+run(ndgx_q 0 -f ${TOPO_DIR}/nccl_dgx_h100.xml -q)
+run(ndgx_x 0 -f ${WORK}/ndgx.xml -q)
+hostLines("${ndgx_q_out}" a)
+hostLines("${ndgx_x_out}" b)
+if(NOT a STREQUAL b OR a STREQUAL "")
+  message(FATAL_ERROR "ndgx: the -X output reloads to other hosts:\n${a}\nvs\n${b}")
+endif()
+run(nvm 0 -f ${TOPO_DIR}/nccl_cloud_vm.xml)
+expect(nvm "${nvm_out}" "host 0 \"\": 2 CPUs, 8 GPUs, 9 NICs, 8 PCI, NVSwitch" "summary line")
+expect(nvm "${nvm_out}" "NIC4 eth0 eth 40 Gb/s" "the VM's Ethernet NIC below CPU0")
+expect(nvm "${nvm_out}" "\n  GPU4 +[^\n]* SYS/[0-9.]+ +PIX/" "path matrix: GPU4-NIC5 (mlx5_ib4) is not PIX")
+file(WRITE ${WORK}/bad_nccl.xml "<system version=\"1\">\n  <cpu numaid=\"0\">\n    <gpu dev=\"0\"/>\n  </cpu>\n</system>\n")
+run(badnccl 1 -f ${WORK}/bad_nccl.xml)
+expect(badnccl "${badnccl_err}" "bad_nccl\\.xml:3: <gpu> is not allowed inside <cpu>" "no line-numbered message")
+
 # This machine.
 run(live 0)
 message("${live_out}${live_err}")

@@ -52,7 +52,8 @@ static const paramAlias aliases[] = {
     {"COMM_P2P_LEVEL", "NCCL_P2P_LEVEL", "numbers are libcomm's path classes 0-5: LOC NVL PIX PXB PHB SYS"},
     {"COMM_SHM_DISABLE", "NCCL_SHM_DISABLE", NULL},
     {"COMM_NET_GDR_LEVEL", "NCCL_NET_GDR_LEVEL", "numbers are libcomm's path classes 0-5: LOC NVL PIX PXB PHB SYS"},
-    {"COMM_TOPO_DUMP_FILE", "NCCL_TOPO_DUMP_FILE", "written in libcomm's format"},
+    {"COMM_TOPO_FILE", "NCCL_TOPO_FILE", "NCCL's format is read; the file is all there is (NCCL adds what it finds)"},
+    {"COMM_TOPO_DUMP_FILE", "NCCL_TOPO_DUMP_FILE", "written in NCCL's format (COMM_TOPO_DUMP_FORMAT=comm: libcomm's)"},
     {"COMM_BLOCKING", "NCCL_COMM_BLOCKING", "commConfig_t.blocking wins over it"},
     {"COMM_COLLNET_ENABLE", "NCCL_COLLNET_ENABLE", NULL},
     {"COMM_HOSTID", "NCCL_HOSTID", NULL},
@@ -70,7 +71,6 @@ typedef struct {
 
 static const paramNcclOnly ncclOnly[] = {
     {"NCCL_SOCKET_FAMILY", NULL, "libcomm picks the address family itself; COMM_SOCKET_IFNAME picks interfaces"},
-    {"NCCL_TOPO_FILE", NULL, "NCCL's topology format is not read yet (COMM_TOPO_FILE takes libcomm's)"},
     {"NCCL_PROFILER_PLUGIN", NULL, "libcomm has no profiler plugin interface"},
     {"NCCL_MIN_NCHANNELS", "0,1", "no minimum: the tuner picks each call's channels, at most COMM_NCHANNELS"},
     {"NCCL_IGNORE_CPU_AFFINITY", "0", "libcomm binds its threads within the process's CPU affinity only"},

@@ -187,19 +187,6 @@ commResult_t discDevPush(discDevs* v, discDev** out) {
 
 /* ---- PCI links ---- */
 
-/* hwloc's unit: GB/s after line encoding (8b/10b up to gen2, 128b/130b gen3-5, FLIT 242/256 gen6). */
-static double pciBw(double gts, int width) {
-  double enc = gts <= 5.0 ? 0.8 : gts <= 32.0 ? 128.0 / 130.0 : 242.0 / 256.0;
-  return gts * enc * width / 8.0;
-}
-
-static int pciGen(double gts) {
-  static const double speeds[] = {2.5, 5.0, 8.0, 16.0, 32.0, 64.0};
-  for (int g = 0; g < 6; g++)
-    if (gts > speeds[g] * 0.9 && gts < speeds[g] * 1.1) return g + 1;
-  return 0;
-}
-
 /* Bandwidth, generation and width of the upstream link of PCI function busId. */
 void discPciLink(discState* st, const char* busId, double hwlocSpeed, double* bw, int* gen, int* width) {
   char path[128], buf[64];
@@ -210,7 +197,7 @@ void discPciLink(discState* st, const char* busId, double hwlocSpeed, double* bw
   snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/current_link_width", busId);
   if (gts > 0 && discReadText(path, buf, sizeof(buf)) > 0) *width = atoi(buf);
   if (gts > 0 && *width > 0) {
-    *gen = pciGen(gts);
+    *gen = commTopoPciGen(gts);
   } else {
     *width = 0;
     gts = 0;
@@ -218,7 +205,7 @@ void discPciLink(discState* st, const char* busId, double hwlocSpeed, double* bw
   if (hwlocSpeed > 0) {
     *bw = hwlocSpeed;
   } else if (gts > 0) {
-    *bw = pciBw(gts, *width);
+    *bw = commTopoPciBw(gts, *width);
   } else {
     *bw = DEFAULT_PCI_BW;
     st->nPciDefault++;
@@ -260,6 +247,13 @@ static void cpuFromHwloc(discState* st, hwloc_obj_t obj, commTopoNode* nd) {
   if (model == NULL) model = hwloc_obj_get_info_by_name(root, "CPUModel");
   discCopyStr(nd->u.cpu.vendor, sizeof(nd->u.cpu.vendor), vendor ? vendor : "");
   discCopyStr(nd->name, sizeof(nd->name), model ? model : "");
+  /* CPUID family and model (hwloc's x86 backend), which NCCL's topology files carry */
+  const char* fam = pkg ? hwloc_obj_get_info_by_name(pkg, "CPUFamilyNumber") : NULL;
+  const char* num = pkg ? hwloc_obj_get_info_by_name(pkg, "CPUModelNumber") : NULL;
+  if (fam && num && atoi(fam) > 0 && atoi(fam) <= 65535 && atoi(num) >= 0 && atoi(num) <= 65535) {
+    nd->u.cpu.family = atoi(fam);
+    nd->u.cpu.model = atoi(num);
+  }
 }
 
 static commResult_t addCpusHwloc(discState* st, const char* arch) {

@@ -206,16 +206,6 @@ commResult_t discAddGpus(discState* st, int* node) {
   return commSuccess;
 }
 
-static double nvlinkBw(int sm) {
-  if (sm <= 0) return 20.0;
-  if (sm < 70) return 20.0;
-  if (sm < 80) return 25.0;
-  if (sm == 86) return 14.0;
-  if (sm < 100) return 25.0;
-  if (sm < 110) return 50.0;
-  return 20.0;
-}
-
 /* NVLinks of every GPU from NVML. GPU pairs are added once, from the GPU first in bus id order. */
 commResult_t discNvlinks(discState* st, const int* gpuNode) {
   if (st->gpus.n == 0) return commSuccess;
@@ -288,7 +278,8 @@ commResult_t discNvlinks(discState* st, const int* gpuNode) {
         if (q <= g) continue; /* unknown GPU, or added from the other end */
         int sm = commTopoNodeAt(st->topo, gpuNode[q])->u.gpu.sm;
         if (sm == 0 || (nd->u.gpu.sm > 0 && nd->u.gpu.sm < sm)) sm = nd->u.gpu.sm;
-        COMMCHECK(commTopoAddNvlink(st->topo, gpuNode[g], gpuNode[q], peers[p].count, peers[p].count * nvlinkBw(sm)));
+        COMMCHECK(
+            commTopoAddNvlink(st->topo, gpuNode[g], gpuNode[q], peers[p].count, peers[p].count * commTopoNvlinkBw(sm)));
         nLinks += peers[p].count;
       } else {
         INFO(COMM_TOPO, "topology: GPU %s: %d NVLink(s) to a CPU or an unknown device (%s) left out", d->busId,
@@ -298,7 +289,7 @@ commResult_t discNvlinks(discState* st, const int* gpuNode) {
     if (nvsCount > 0) {
       if (nvsNode < 0) COMMCHECK(commTopoAddNode(st->topo, st->host, COMM_TOPO_NVS, -1, &nvsNode));
       nd = commTopoNodeAt(st->topo, gpuNode[g]);
-      COMMCHECK(commTopoAddNvlink(st->topo, gpuNode[g], nvsNode, nvsCount, nvsCount * nvlinkBw(nd->u.gpu.sm)));
+      COMMCHECK(commTopoAddNvlink(st->topo, gpuNode[g], nvsNode, nvsCount, nvsCount * commTopoNvlinkBw(nd->u.gpu.sm)));
       nLinks += nvsCount;
     }
   }

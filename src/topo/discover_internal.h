@@ -5,6 +5,7 @@
 
 #include <hwloc.h>
 
+#include "graph_internal.h"
 #include "topo.h"
 
 #define DEFAULT_CUDA_GPU_BW 24.0 /* GB/s of the link of a GPU hwloc did not see */

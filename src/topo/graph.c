@@ -33,6 +33,31 @@ static double defaultCpuLinkBw(const commTopo* topo, int host) {
   return 40.0;
 }
 
+double commTopoPciBw(double gts, int width) {
+  double enc = gts <= 5.0 ? 0.8 : gts <= 32.0 ? 128.0 / 130.0 : 242.0 / 256.0;
+  return gts * enc * width / 8.0;
+}
+
+static const double pciRates[6] = {2.5, 5.0, 8.0, 16.0, 32.0, 64.0};
+
+int commTopoPciGen(double gts) {
+  for (int g = 0; g < 6; g++)
+    if (gts > pciRates[g] * 0.9 && gts < pciRates[g] * 1.1) return g + 1;
+  return 0;
+}
+
+double commTopoPciGts(int gen) { return gen >= 1 && gen <= 6 ? pciRates[gen - 1] : 0; }
+
+double commTopoNvlinkBw(int sm) {
+  if (sm <= 0) return 20.0;
+  if (sm < 70) return 20.0;
+  if (sm < 80) return 25.0;
+  if (sm == 86) return 14.0;
+  if (sm < 100) return 25.0;
+  if (sm < 110) return 50.0;
+  return 20.0;
+}
+
 commResult_t commTopoCreate(commTopo** out) {
   *out = NULL;
   COMMCHECK(commCalloc(out, 1, sizeof(commTopo)));
@@ -500,8 +525,9 @@ commResult_t commTopoGet(commTopo** out) {
     commTopo* topo = NULL;
     if (file) {
       COMMCHECKGOTO(commTopoLoadXml(file, &topo), res, exit);
-      INFO(COMM_TOPO | COMM_INIT, "topology loaded from %s (COMM_TOPO_FILE): %d host(s), %d node(s)", file,
-           topo->nHosts, topo->nNodes);
+      const char* from = commParamSource("COMM_TOPO_FILE");
+      INFO(COMM_TOPO | COMM_INIT, "topology loaded from %s (%s): %d host(s), %d node(s)", file,
+           from ? from : "COMM_TOPO_FILE", topo->nHosts, topo->nNodes);
     } else {
       COMMCHECKGOTO(commTopoDiscover(&topo), res, exit);
     }

@@ -4,7 +4,8 @@
  * Where it comes from (one of):
  *  - discovery (src/topo/discover.c): hwloc for CPUs, NUMA nodes, caches and the PCI tree; sysfs / verbs for
  *    NIC link speeds; the CUDA driver and NVML (loaded with dlopen when present) for GPUs and NVLinks;
- *  - a file (src/topo/xml.c): COMM_TOPO_FILE, which may describe many hosts.
+ *  - a file (src/topo/xml.c; NCCL's format in src/topo/nccl_xml*.c): COMM_TOPO_FILE, which may describe many
+ *    hosts.
  * Both fill the graph through the builder below (commTopoAddHost / commTopoAddNode / commTopoAddNvlink),
  * then commTopoFinish makes the links and computes the paths. Everything above (rank ordering, transport
  * rules, comm_topo, the tuner) reads the finished graph only.
@@ -99,6 +100,7 @@ typedef struct {
       char vendor[32];                 /* GenuineIntel, AuthenticAMD, ... */
       char cpus[COMM_TOPO_CPUSET_MAX]; /* the PUs of this NUMA node, as a Linux cpu list */
       int nCores;
+      int family, model; /* CPUID family and model numbers (x86), 0 unknown; NCCL's familyid/modelid */
     } cpu;
     struct {
       int kind; /* commTopoPciKind */
@@ -215,7 +217,7 @@ commResult_t commTopoDiscover(commTopo** out);
 /* XML. The format (docs/ARCHITECTURE.md, "Topology files"):
  *   <topology version="1">
  *     <host name="dgx0" cpulinkbw="40.0">
- *       <cpu numa="0" arch="x86_64" vendor="GenuineIntel" cpus="0-55" cores="56" name="...">
+ *       <cpu numa="0" arch="x86_64" vendor="GenuineIntel" cpus="0-55" cores="56" name="..." family="6" model="143">
  *         <pci busid="0000:15:00.0" kind="switch" gen="5" width="16" bw="63.0">
  *           <gpu busid="0000:18:00.0" dev="0" sm="90" mem="81559" name="NVIDIA H100 80GB HBM3" bw="63.0">
  *             <nvlink target="nvswitch" count="18" bw="450.0"/>   (or target="<busid of a GPU>")
@@ -226,14 +228,32 @@ commResult_t commTopoDiscover(commTopo** out);
  *       </cpu>
  *     </host>
  *   </topology>
- * Parse errors: commInvalidArgument and a WARN "<source>:<line>: <what is wrong>"; nothing is returned. */
+ * Parse errors: commInvalidArgument and a WARN "<source>:<line>: <what is wrong>"; nothing is returned.
+ * A text whose root element is NCCL's <system> is read as NCCL's format (commTopoParseNcclXml). */
 commResult_t commTopoParseXml(const char* text, size_t len, const char* source, commTopo** out);
 /* Reads `path` with commTopoReadFile (regular files only, at most COMM_TOPO_FILE_MAX_BYTES, within
  * COMM_TOPO_FILE_READ_MS), then parses it. */
 commResult_t commTopoLoadXml(const char* path, commTopo** out);
 /* Canonical text of a finished topology: dump -> load -> dump is byte-identical. */
 commResult_t commTopoWriteXml(const commTopo* topo, FILE* f);
-/* Writes `path` through commTopoCreateFile (never blocks on a FIFO or a device). */
+
+/* NCCL's topology format (NCCL_TOPO_FILE, NCCL_TOPO_DUMP_FILE; src/topo/nccl_xml*.c, docs/ARCHITECTURE.md
+ * "NCCL's topology files"): <system version="1"><cpu numaid affinity arch vendor familyid modelid><pci busid
+ * class link_speed link_width><gpu dev sm><nvlink target count tclass/></gpu></pci> ... <nic><net name speed
+ * port guid gdr/></nic> ...</cpu></system>. What NCCL's format has and libcomm does not use is skipped (one
+ * INFO line lists it); errors as commTopoParseXml's. */
+commResult_t commTopoParseNcclXml(const char* text, size_t len, const char* source, commTopo** out);
+/* A finished topology in NCCL's format, canonical too (write -> read -> write is byte-identical); what the
+ * format cannot say (names, memory, netdevs, bandwidths NCCL derives otherwise) is left out. */
+commResult_t commTopoWriteNcclXml(const commTopo* topo, FILE* f);
+
+typedef enum { COMM_TOPO_FORMAT_COMM = 0, COMM_TOPO_FORMAT_NCCL = 1 } commTopoFormat;
+/* Writes `path` in `format` through commTopoCreateFile (never blocks on a FIFO or a device). */
+commResult_t commTopoDumpFile(const commTopo* topo, const char* path, int format);
+/* The format COMM_TOPO_DUMP_FILE is written in: COMM_TOPO_DUMP_FORMAT (comm or nccl) when set, else NCCL's
+ * when the file's name came from NCCL_TOPO_DUMP_FILE, else libcomm's. */
+int commTopoDumpFormat(void);
+/* COMM_TOPO_DUMP_FILE's writer: commTopoDumpFile in commTopoDumpFormat()'s format. */
 commResult_t commTopoDumpXml(const commTopo* topo, const char* path);
 
 /* Files a user names (src/topo/topo_file.c). Each is opened with O_NONBLOCK | O_CLOEXEC and fstat'ed:

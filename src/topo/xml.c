@@ -1,6 +1,7 @@
 /* Topology files: a small XML reader that fills the graph through the builder (attribute values in
- * xml_attr.c, what both share in xml_read.h; the canonical writer is
- * src/topo/xml_write.c; format in src/topo/topo.h). The reader knows only what the format needs: elements, attributes
+ * xml_attr.c, what both share in xml_read.h, the lexing in xml_lex.c; the canonical writer is
+ * src/topo/xml_write.c; format in src/topo/topo.h). A file whose root element is NCCL's <system> goes to
+ * NCCL's format's reader (nccl_xml.c). The reader knows only what the format needs: elements, attributes
  * quoted with " or ', the five predefined entities and ASCII character references, comments and the
  * <?xml ...?> prolog. DTDs, CDATA, processing instructions and text content are errors. Every error is
  * one WARN "<source>:<line>: <what is wrong>" and commInvalidArgument; nothing is returned. */
@@ -16,6 +17,7 @@
 #include "debug.h"
 #include "topo.h"
 #include "utils.h"
+#include "nccl_xml.h"
 #include "xml_internal.h"
 #include "xml_read.h"
 
@@ -26,7 +28,7 @@
 const xmlElemSpec commXmlSpecs[EL_COUNT] = {
     {"topology", 0, {"version"}},
     {"host", IN(EL_TOPOLOGY), {"name", "cpulinkbw"}},
-    {"cpu", IN(EL_HOST), {"numa", "arch", "vendor", "cpus", "cores", "name"}},
+    {"cpu", IN(EL_HOST), {"numa", "arch", "vendor", "cpus", "cores", "name", "family", "model"}},
     {"pci", IN(EL_CPU) | IN(EL_PCI), {"busid", "kind", "gen", "width", "bw"}},
     {"gpu", IN(EL_CPU) | IN(EL_PCI), {"busid", "dev", "sm", "mem", "name", "bw"}},
     {"nic", IN(EL_CPU) | IN(EL_PCI), {"busid", "name", "link", "port", "speed", "netdev", "guid", "gdr", "bw"}},
@@ -42,8 +44,7 @@ commResult_t commXmlErr(xmlParser* x, int line, const char* fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  WARN("%s:%d: %s", x->src, line, msg);
-  return commInvalidArgument;
+  return commXmlLexErr(&x->lx, line, "%s", msg);
 }
 
 static commResult_t growInts(int** arr, int* cap, int need) {
@@ -55,35 +56,16 @@ static commResult_t growInts(int** arr, int* cap, int need) {
   return commSuccess;
 }
 
-/* ---- Lexing ---- */
+/* ---- Lexing (xml_lex.c) ---- */
 
-static int isNameStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':'; }
-static int isNameChar(char c) { return isNameStart(c) || (c >= '0' && c <= '9') || c == '-' || c == '.'; }
-
-static int atEnd(const xmlParser* x) { return x->p >= x->end; }
-static int startsWith(const xmlParser* x, const char* s) {
-  size_t n = strlen(s);
-  return (size_t)(x->end - x->p) >= n && memcmp(x->p, s, n) == 0;
-}
-static void step(xmlParser* x) {
-  if (*x->p == '\n') x->line++;
-  x->p++;
-}
-static int skipWs(xmlParser* x) {
-  int n = 0;
-  while (!atEnd(x) && isWs(*x->p)) {
-    step(x);
-    n++;
-  }
-  return n;
-}
-/* A name at x->p (length in *len, 0 when there is none). */
-static const char* readName(xmlParser* x, int* len) {
-  const char* s = x->p;
-  if (!atEnd(x) && isNameStart(*x->p))
-    while (!atEnd(x) && isNameChar(*x->p)) x->p++;
-  *len = (int)(x->p - s);
-  return s;
+static int atEnd(const xmlParser* x) { return xmlAtEnd(&x->lx); }
+static int startsWith(const xmlParser* x, const char* s) { return commXmlStartsWith(&x->lx, s); }
+static void step(xmlParser* x) { commXmlStep(&x->lx); }
+static int skipWs(xmlParser* x) { return commXmlSkipWs(&x->lx); }
+static const char* readName(xmlParser* x, int* len) { return commXmlReadName(&x->lx, len); }
+static commResult_t readValue(xmlParser* x, const char* attr, char* out) { return commXmlReadValue(&x->lx, attr, out); }
+static commResult_t skipUntil(xmlParser* x, const char* open, const char* close, const char* what) {
+  return commXmlSkipUntil(&x->lx, open, close, what);
 }
 
 static int findElem(const char* s, int len) {
@@ -98,72 +80,6 @@ static int findAttr(int el, const char* s, int len) {
   return -1;
 }
 int commXmlAttrIndex(int el, const char* name) { return findAttr(el, name, (int)strlen(name)); }
-
-/* An entity or character reference at x->p ('&'), appended to out. */
-static commResult_t readEntity(xmlParser* x, char* out) {
-  static const struct {
-    const char* name;
-    char c;
-  } named[] = {{"amp", '&'}, {"lt", '<'}, {"gt", '>'}, {"quot", '"'}, {"apos", '\''}};
-  const char* s = x->p + 1;
-  const char* semi = s;
-  while (semi < x->end && semi - s < 12 && *semi != ';' && (isNameChar(*semi) || *semi == '#')) semi++;
-  int len = (int)(semi - s);
-  if (semi >= x->end || *semi != ';') return commXmlErr(x, x->line, "'&' that does not start an entity (use &amp;)");
-  if (len > 1 && s[0] == '#') {
-    long v = 0;
-    int hex = s[1] == 'x', i = hex ? 2 : 1;
-    if (i == len) return commXmlErr(x, x->line, "empty character reference &%.*s;", len, s);
-    for (; i < len; i++) {
-      if (hex ? !isHex(s[i]) : !(s[i] >= '0' && s[i] <= '9'))
-        return commXmlErr(x, x->line, "bad character reference &%.*s;", len, s);
-      v = v * (hex ? 16 : 10) + (hex ? hexVal(s[i]) : s[i] - '0');
-      if (v > 127) break;
-    }
-    if (v < 1 || v > 127)
-      return commXmlErr(x, x->line, "character reference &%.*s; is outside the ASCII range 1-127", len, s);
-    *out = (char)v;
-  } else {
-    int k = -1;
-    for (int i = 0; i < 5; i++)
-      if ((int)strlen(named[i].name) == len && memcmp(named[i].name, s, (size_t)len) == 0) k = i;
-    if (k < 0) return commXmlErr(x, x->line, "unknown entity &%.*s;", len, s);
-    *out = named[k].c;
-  }
-  x->p = semi + 1;
-  return commSuccess;
-}
-
-/* A quoted attribute value at x->p, decoded into out (at most XML_MAX_VALUE characters). */
-static commResult_t readValue(xmlParser* x, const char* attr, char* out) {
-  char q = *x->p;
-  int qline = x->line;
-  size_t n = 0;
-  x->p++;
-  for (;;) {
-    if (atEnd(x)) return commXmlErr(x, qline, "unterminated string (value of %s)", attr);
-    char c = *x->p;
-    if (c == q) break;
-    if (c == '<') {
-      if (x->line != qline)
-        return commXmlErr(x, qline, "unterminated string (value of %s): '<' on line %d", attr, x->line);
-      return commXmlErr(x, x->line, "'<' in the value of %s (use &lt;)", attr);
-    }
-    if ((unsigned char)c < 0x20 && c != '\t' && c != '\n' && c != '\r')
-      return commXmlErr(x, x->line, "invalid character 0x%02x in the value of %s", (unsigned char)c, attr);
-    if (n == XML_MAX_VALUE)
-      return commXmlErr(x, qline, "value of %s is longer than %d characters", attr, XML_MAX_VALUE);
-    if (c == '&') {
-      COMMCHECK(readEntity(x, &out[n++]));
-    } else {
-      out[n++] = c;
-      step(x);
-    }
-  }
-  x->p++;
-  out[n] = '\0';
-  return commSuccess;
-}
 
 /* ---- Elements ---- */
 
@@ -213,6 +129,8 @@ static commResult_t openElement(xmlParser* x, int el, int line, int* node) {
                           "cpus=\"%.*s\" on <cpu> is not a cpu list like 0-7,16-23", NAME_SHOWN, tmp.u.cpu.cpus);
       COMMCHECK(commXmlAttrInt(x, el, "cores", 0, 1 << 24, &tmp.u.cpu.nCores));
       COMMCHECK(commXmlAttrStr(x, el, "name", tmp.name, sizeof(tmp.name)));
+      COMMCHECK(commXmlAttrInt(x, el, "family", 0, 65535, &tmp.u.cpu.family));
+      COMMCHECK(commXmlAttrInt(x, el, "model", 0, 65535, &tmp.u.cpu.model));
       COMMCHECK(addNode(x, COMM_TOPO_CPU, -1, line, node));
       commTopoNode* n = commTopoNodeAt(topo, *node);
       memcpy(n->name, tmp.name, sizeof(n->name));
@@ -405,8 +323,8 @@ static commResult_t closeElement(xmlParser* x, int el, int line) {
 /* ---- Tags ---- */
 
 static commResult_t readOpenTag(xmlParser* x) {
-  int line = x->line, len;
-  x->p++; /* '<' */
+  int line = x->lx.line, len;
+  x->lx.p++; /* '<' */
   const char* name = readName(x, &len);
   if (len == 0) {
     if (atEnd(x)) return commXmlErr(x, line, "unterminated tag");
@@ -429,22 +347,22 @@ static commResult_t readOpenTag(xmlParser* x) {
   for (;;) {
     int ws = skipWs(x);
     if (atEnd(x)) return commXmlErr(x, line, "unterminated tag <%s>", commXmlSpecs[el].name);
-    if (*x->p == '>') {
-      x->p++;
+    if (*x->lx.p == '>') {
+      x->lx.p++;
       break;
     }
-    if (*x->p == '/') {
-      x->p++;
+    if (*x->lx.p == '/') {
+      x->lx.p++;
       if (atEnd(x)) return commXmlErr(x, line, "unterminated tag <%s>", commXmlSpecs[el].name);
-      if (*x->p != '>') return commXmlErr(x, x->line, "expected '>' after '/' in <%s>", commXmlSpecs[el].name);
-      x->p++;
+      if (*x->lx.p != '>') return commXmlErr(x, x->lx.line, "expected '>' after '/' in <%s>", commXmlSpecs[el].name);
+      x->lx.p++;
       selfClose = 1;
       break;
     }
-    int aline = x->line, alen;
+    int aline = x->lx.line, alen;
     const char* aname = readName(x, &alen);
     if (alen == 0) {
-      char c = *x->p;
+      char c = *x->lx.p;
       if ((unsigned char)c < 0x20 || (unsigned char)c >= 0x7f)
         return commXmlErr(x, aline, "unexpected character 0x%02x in <%s>", (unsigned char)c, commXmlSpecs[el].name);
       return commXmlErr(x, aline, "unexpected character '%c' in <%s>", c, commXmlSpecs[el].name);
@@ -458,11 +376,12 @@ static commResult_t readOpenTag(xmlParser* x) {
     if (x->have[a]) return commXmlErr(x, aline, "duplicate attribute %s on <%s>", an, commXmlSpecs[el].name);
     skipWs(x);
     if (atEnd(x)) return commXmlErr(x, line, "unterminated tag <%s>", commXmlSpecs[el].name);
-    if (*x->p != '=') return commXmlErr(x, x->line, "expected '=' after attribute %s", an);
-    x->p++;
+    if (*x->lx.p != '=') return commXmlErr(x, x->lx.line, "expected '=' after attribute %s", an);
+    x->lx.p++;
     skipWs(x);
     if (atEnd(x)) return commXmlErr(x, line, "unterminated tag <%s>", commXmlSpecs[el].name);
-    if (*x->p != '"' && *x->p != '\'') return commXmlErr(x, x->line, "expected a quoted value for attribute %s", an);
+    if (*x->lx.p != '"' && *x->lx.p != '\'')
+      return commXmlErr(x, x->lx.line, "expected a quoted value for attribute %s", an);
     COMMCHECK(readValue(x, an, x->val[a]));
     x->have[a] = 1;
     x->attrLine[a] = aline;
@@ -479,13 +398,13 @@ static commResult_t readOpenTag(xmlParser* x) {
 }
 
 static commResult_t readCloseTag(xmlParser* x) {
-  int line = x->line, len;
-  x->p += 2; /* "</" */
+  int line = x->lx.line, len;
+  x->lx.p += 2; /* "</" */
   const char* name = readName(x, &len);
   skipWs(x);
   if (atEnd(x)) return commXmlErr(x, line, "unterminated tag </%.*s", COMM_MIN(len, NAME_SHOWN), name);
-  if (*x->p != '>') return commXmlErr(x, x->line, "expected '>' to end </%.*s>", COMM_MIN(len, NAME_SHOWN), name);
-  x->p++;
+  if (*x->lx.p != '>') return commXmlErr(x, x->lx.line, "expected '>' to end </%.*s>", COMM_MIN(len, NAME_SHOWN), name);
+  x->lx.p++;
   if (x->depth == 0) return commXmlErr(x, line, "</%.*s> without an open element", COMM_MIN(len, NAME_SHOWN), name);
   int el = x->stack[x->depth - 1].el;
   if ((int)strlen(commXmlSpecs[el].name) != len || memcmp(commXmlSpecs[el].name, name, (size_t)len) != 0)
@@ -495,44 +414,31 @@ static commResult_t readCloseTag(xmlParser* x) {
   return closeElement(x, el, x->stack[x->depth].line);
 }
 
-/* "<!--" ... "-->" or "<?xml" ... "?>" */
-static commResult_t skipUntil(xmlParser* x, const char* open, const char* close, const char* what) {
-  int line = x->line;
-  size_t n = strlen(close);
-  x->p += strlen(open);
-  while (!startsWith(x, close)) {
-    if (atEnd(x)) return commXmlErr(x, line, "unterminated %s", what);
-    step(x);
-  }
-  x->p += n;
-  return commSuccess;
-}
-
 static commResult_t parseDocument(xmlParser* x) {
-  if (startsWith(x, "\xef\xbb\xbf")) x->p += 3; /* UTF-8 byte order mark */
+  if (startsWith(x, "\xef\xbb\xbf")) x->lx.p += 3; /* UTF-8 byte order mark */
   while (!atEnd(x)) {
-    char c = *x->p;
+    char c = *x->lx.p;
     if (isWs(c)) {
       step(x);
     } else if (c != '<') {
       if ((unsigned char)c < 0x20 || (unsigned char)c == 0x7f)
-        return commXmlErr(x, x->line, "invalid character 0x%02x", (unsigned char)c);
+        return commXmlErr(x, x->lx.line, "invalid character 0x%02x", (unsigned char)c);
       int n = 0;
-      while (x->p + n < x->end && n < 24 && (unsigned char)x->p[n] >= 0x20 && x->p[n] != '<') n++;
+      while (x->lx.p + n < x->lx.end && n < 24 && (unsigned char)x->lx.p[n] >= 0x20 && x->lx.p[n] != '<') n++;
       if (x->depth > 0)
-        return commXmlErr(x, x->line, "text \"%.*s\" inside <%s> (only elements are allowed)", n, x->p,
+        return commXmlErr(x, x->lx.line, "text \"%.*s\" inside <%s> (only elements are allowed)", n, x->lx.p,
                           commXmlSpecs[x->stack[x->depth - 1].el].name);
-      return commXmlErr(x, x->line, "text \"%.*s\" outside the root element", n, x->p);
+      return commXmlErr(x, x->lx.line, "text \"%.*s\" outside the root element", n, x->lx.p);
     } else if (startsWith(x, "<!--")) {
       COMMCHECK(skipUntil(x, "<!--", "-->", "comment"));
     } else if (startsWith(x, "<![CDATA[")) {
-      return commXmlErr(x, x->line, "CDATA sections are not supported");
+      return commXmlErr(x, x->lx.line, "CDATA sections are not supported");
     } else if (startsWith(x, "<!")) {
-      return commXmlErr(x, x->line, "DTDs and declarations (<!...>) are not supported");
+      return commXmlErr(x, x->lx.line, "DTDs and declarations (<!...>) are not supported");
     } else if (startsWith(x, "<?")) {
-      if (!startsWith(x, "<?xml") || (x->end - x->p > 5 && !isWs(x->p[5]) && x->p[5] != '?'))
-        return commXmlErr(x, x->line, "processing instructions are not supported");
-      if (x->prologSeen || x->rootSeen) return commXmlErr(x, x->line, "<?xml ...?> is only allowed at the start");
+      if (!startsWith(x, "<?xml") || (x->lx.end - x->lx.p > 5 && !isWs(x->lx.p[5]) && x->lx.p[5] != '?'))
+        return commXmlErr(x, x->lx.line, "processing instructions are not supported");
+      if (x->prologSeen || x->rootSeen) return commXmlErr(x, x->lx.line, "<?xml ...?> is only allowed at the start");
       x->prologSeen = 1;
       COMMCHECK(skipUntil(x, "<?", "?>", "<?xml ...?> prolog"));
     } else if (startsWith(x, "</")) {
@@ -544,9 +450,9 @@ static commResult_t parseDocument(xmlParser* x) {
   if (x->depth > 0) {
     int el = x->stack[x->depth - 1].el;
     return commXmlErr(x, x->stack[x->depth - 1].line, "<%s> is not closed (end of file on line %d)",
-                      commXmlSpecs[el].name, x->line);
+                      commXmlSpecs[el].name, x->lx.line);
   }
-  if (!x->rootDone) return commXmlErr(x, x->line, "no <topology> element");
+  if (!x->rootDone) return commXmlErr(x, x->lx.line, "no <topology> element");
   return commSuccess;
 }
 
@@ -558,6 +464,7 @@ commResult_t commTopoParseXml(const char* text, size_t len, const char* source, 
     WARN("commTopoParseXml: NULL argument");
     return commInvalidArgument;
   }
+  if (commNxIsNccl(text, len)) return commTopoParseNcclXml(text, len, source, out);
   *out = NULL;
   if (source == NULL) source = "<topology>";
   if (len > XML_MAX_FILE) {
@@ -566,10 +473,10 @@ commResult_t commTopoParseXml(const char* text, size_t len, const char* source, 
   }
   COMMCHECK(commCalloc(&x, 1, sizeof(*x)));
   COMMCHECKGOTO(commTopoCreate(&topo), res, exit);
-  x->src = source;
-  x->p = text ? text : "";
-  x->end = x->p + len;
-  x->line = 1;
+  x->lx.src = source;
+  x->lx.p = text ? text : "";
+  x->lx.end = x->lx.p + len;
+  x->lx.line = 1;
   x->topo = topo;
   x->host = -1;
   COMMCHECKGOTO(parseDocument(x), res, exit);

@@ -7,8 +7,8 @@
 #include <stdint.h>
 #include "topo.h"
 #include "xml_internal.h"
+#include "xml_lex.h"
 
-#define XML_MAX_VALUE 1024
 #define XML_MAX_FILE COMM_TOPO_FILE_MAX_BYTES
 #define XML_MAX_HOST_NODES 1024 /* paths are cubic in a host's node count */
 #define XML_MAX_BW 1e6
@@ -43,10 +43,7 @@ typedef struct {
 } xmlHostEntry;
 
 typedef struct {
-  const char* src;
-  const char* p;
-  const char* end;
-  int line;
+  xmlLex lx;
   commTopo* topo;
   struct {
     int el, node, line;
@@ -66,10 +63,6 @@ typedef struct {
   int* hostLines;
   int hostLinesCap;
 } xmlParser;
-
-static inline int isWs(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-static inline int isHex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
-static inline int hexVal(char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
 
 /* xml.c: one WARN "<source>:<line>: <what>", and commInvalidArgument. */
 commResult_t commXmlErr(xmlParser* x, int line, const char* fmt, ...) __attribute__((format(printf, 3, 4)));

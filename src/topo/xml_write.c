@@ -1,20 +1,23 @@
 /* The canonical topology file writer: dump -> load -> dump is byte-identical (the reader is
- * src/topo/xml.c; format in src/topo/topo.h). */
+ * src/topo/xml.c; format in src/topo/topo.h); and the files a user names, in libcomm's format or in NCCL's
+ * (nccl_xml_write.c), COMM_TOPO_DUMP_FILE's among them. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "check.h"
 #include "debug.h"
+#include "param.h"
 #include "topo.h"
 #include "utils.h"
 #include "xml_internal.h"
 
 /* ---- Writer ---- */
 
-static void putEscaped(FILE* f, const char* s) {
+void commXmlPutEscaped(FILE* f, const char* s) {
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
     switch (c) {
@@ -31,7 +34,7 @@ static void putEscaped(FILE* f, const char* s) {
 }
 static void putStr(FILE* f, const char* name, const char* v) {
   fprintf(f, " %s=\"", name);
-  putEscaped(f, v);
+  commXmlPutEscaped(f, v);
   fputc('"', f);
 }
 static void putStrIf(FILE* f, const char* name, const char* v) {
@@ -83,6 +86,7 @@ static commResult_t writeNode(xmlWriter* w, int n, int depth) {
       putStrIf(f, "cpus", nd->u.cpu.cpus);
       putIntIf(f, "cores", nd->u.cpu.nCores, 0);
       putStrIf(f, "name", nd->name);
+      if (nd->u.cpu.family > 0) fprintf(f, " family=\"%d\" model=\"%d\"", nd->u.cpu.family, nd->u.cpu.model);
       break;
     case COMM_TOPO_PCI:
       el = "pci";
@@ -225,17 +229,41 @@ exit:
   return res;
 }
 
-commResult_t commTopoDumpXml(const commTopo* topo, const char* path) {
+int commTopoDumpFormat(void) {
+  static int warned;
+  const char* v = commParamStr("COMM_TOPO_DUMP_FORMAT", NULL);
+  if (v != NULL) {
+    if (strcasecmp(v, "nccl") == 0) return COMM_TOPO_FORMAT_NCCL;
+    if (strcasecmp(v, "comm") == 0 || strcasecmp(v, "libcomm") == 0) return COMM_TOPO_FORMAT_COMM;
+    if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+      WARN("COMM_TOPO_DUMP_FORMAT=%s is neither comm nor nccl: ignored", v);
+  }
+  return commParamFromNccl("COMM_TOPO_DUMP_FILE") ? COMM_TOPO_FORMAT_NCCL : COMM_TOPO_FORMAT_COMM;
+}
+
+commResult_t commTopoDumpFile(const commTopo* topo, const char* path, int format) {
   if (path == NULL) {
-    WARN("commTopoDumpXml: NULL path");
+    WARN("commTopoDumpFile: NULL path");
+    return commInvalidArgument;
+  }
+  if (format != COMM_TOPO_FORMAT_COMM && format != COMM_TOPO_FORMAT_NCCL) {
+    WARN("commTopoDumpFile: unknown format %d", format);
     return commInvalidArgument;
   }
   FILE* f = NULL;
   COMMCHECK(commTopoCreateFile("topology file", path, &f));
-  commResult_t res = commTopoWriteXml(topo, f);
+  commResult_t res = format == COMM_TOPO_FORMAT_NCCL ? commTopoWriteNcclXml(topo, f) : commTopoWriteXml(topo, f);
   if (fclose(f) != 0 && res == commSuccess) {
     WARN("cannot write topology file %s: %s", path, strerror(errno));
     res = commSystemError;
   }
   return res;
+}
+
+commResult_t commTopoDumpXml(const commTopo* topo, const char* path) {
+  int format = commTopoDumpFormat();
+  if (format == COMM_TOPO_FORMAT_NCCL)
+    INFO(COMM_TOPO | COMM_INIT, "topology dump %s in NCCL's format (%s)", path ? path : "(null)",
+         commParamStr("COMM_TOPO_DUMP_FORMAT", NULL) ? "COMM_TOPO_DUMP_FORMAT" : "NCCL_TOPO_DUMP_FILE");
+  return commTopoDumpFile(topo, path, format);
 }
