@@ -1,8 +1,9 @@
 /* Which network the net transport runs over, and its per-communicator state: a plugin library named by
- * COMM_NET_PLUGIN (libcomm's interface or NCCL's, through the adapter), else a built-in network, IB (over
- * libibverbs, or with COMM_IB_FAKE the tests' verbs fake module) or Socket, chosen by the config, COMM_NET or
- * automatically; commNetInit / commNetFinalize make and tear down a communicator's commNetState. The
- * connections themselves are in transports/net/net.c. */
+ * COMM_NET_PLUGIN or NCCL_NET_PLUGIN (libcomm's interface or NCCL's, through the adapter; unset: NCCL's default
+ * libnccl-net.so when there is one), else a built-in network, IB (over libibverbs, or with COMM_IB_FAKE the
+ * tests' verbs fake module) or Socket, chosen by the config, COMM_NET or automatically; commNetInit /
+ * commNetFinalize make and tear down a communicator's commNetState. The connections themselves are in
+ * transports/net/net.c. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -31,8 +32,11 @@ static struct {
   void* handle;
   const commNet_t* net;
   commNet_t fromV1; /* a version-1 plugin's table, widened (connectPaired NULL) */
+  int viaAdapter;   /* an NCCL plugin: commNetNcclUnwrap before closing it */
   int refs;
 } netPlugin;
+/* NCCL's default network plugin, looked for when neither COMM_NET_PLUGIN nor NCCL_NET_PLUGIN is set. */
+#define NET_DEFAULT_PLUGIN "libnccl-net.so"
 static int netSocketInitDone;
 
 void commNetPluginLogger(commNetLogLevel_t level, const char* file, int line, const char* fmt, ...) {
@@ -65,43 +69,67 @@ static int netUsable(const commNet_t* net, const char* what) {
   return 1;
 }
 
-void* commNetPluginOpen(const char* name, char* why, size_t whyLen) {
+/* dlopen of `name`; *absent set when the loader found no such file (not when it found one it could not load). */
+static void* netDlopen(const char* name, char* err, size_t errLen, int* absent) {
   void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-  char firstErr[512] = "";
   if (!handle) {
     const char* e = dlerror();
-    snprintf(firstErr, sizeof(firstErr), "%s", e ? e : "unknown error");
+    snprintf(err, errLen, "%s", e ? e : "unknown error");
+    *absent = strstr(err, "No such file or directory") != NULL;
   }
-  static const char* const altNames[] = {"libcomm-net-%s.so", "libnccl-net-%s.so"};
-  for (size_t i = 0; !handle && !strchr(name, '/') && i < sizeof(altNames) / sizeof(altNames[0]); i++) {
-    char alt[300];
-    snprintf(alt, sizeof(alt), altNames[i], name);
-    handle = dlopen(alt, RTLD_NOW | RTLD_LOCAL);
-  }
-  if (!handle)
-    snprintf(why, whyLen, "%s%s", firstErr,
-             strchr(name, '/') ? "" : " (nor libcomm-net-<name>.so, libnccl-net-<name>.so)");
   return handle;
 }
 
-/* Load (or share) the library named by COMM_NET_PLUGIN (or NCCL_NET_PLUGIN); NULL with a WARN if it cannot be
- * used. Tries the name as given, then (a name without '/') libcomm-net-<name>.so and libnccl-net-<name>.so. The library
- * exports libcomm's commNetPlugin_v2 or _v1, else an NCCL network plugin (ncclNetPlugin_v10, _v9 or _v8),
- * used through the adapter in transports/net/nccl/net_nccl.c. Called with netPluginLock held. */
-static const commNet_t* netLoadLibrary(const char* name) {
+/* The value as given; then, for a name (no '/', and not itself a file name lib*.so), libcomm-net-<name>.so
+ * and libnccl-net-<name>.so, as NCCL tries libnccl-net-<name>.so. */
+static void* netOpen(const char* name, char* why, size_t whyLen, int* absent) {
+  char firstErr[512] = "", err[512];
+  int gone = 0, altGone = 1;
+  void* handle = netDlopen(name, firstErr, sizeof(firstErr), &gone);
+  size_t len = strlen(name);
+  int alts = !strchr(name, '/') && !(strncmp(name, "lib", 3) == 0 && len > 3 && strcmp(name + len - 3, ".so") == 0);
+  static const char* const altNames[] = {"libcomm-net-%s.so", "libnccl-net-%s.so"};
+  for (size_t i = 0; !handle && alts && i < sizeof(altNames) / sizeof(altNames[0]); i++) {
+    char alt[300];
+    int g = 0;
+    snprintf(alt, sizeof(alt), altNames[i], name);
+    handle = netDlopen(alt, err, sizeof(err), &g);
+    altGone &= g;
+  }
+  if (!handle)
+    snprintf(why, whyLen, "%s%s", firstErr, alts ? " (nor libcomm-net-<name>.so, libnccl-net-<name>.so)" : "");
+  *absent = !handle && gone && altGone;
+  return handle;
+}
+
+void* commNetPluginOpen(const char* name, char* why, size_t whyLen) {
+  int absent = 0;
+  return netOpen(name, why, whyLen, &absent);
+}
+
+/* Load (or share) the network library `name` (an item of COMM_NET_PLUGIN / NCCL_NET_PLUGIN, or NCCL's default
+ * libnccl-net.so when `isDefault`); NULL with a WARN if it cannot be used (the default one is silently absent).
+ * The library exports libcomm's commNetPlugin_v2 or _v1, else an NCCL network plugin (ncclNetPlugin_v11 ..
+ * _v6), used through the adapter in transports/net/nccl/. Called with netPluginLock held. */
+static const commNet_t* netLoadLibrary(const char* name, int isDefault) {
+  const char* var = isDefault ? "the default NCCL network plugin" : commParamSource("COMM_NET_PLUGIN");
   if (netPlugin.refs > 0) {
     if (strcmp(netPlugin.name, name) == 0) {
       netPlugin.refs++;
       return netPlugin.net;
     }
-    WARN("NET : %s=%s but plugin %s is already in use by this process", commParamSource("COMM_NET_PLUGIN"), name,
-         netPlugin.name);
+    WARN("NET : %s=%s but plugin %s is already in use by this process", var, name, netPlugin.name);
     return NULL;
   }
   char why[600];
-  void* handle = commNetPluginOpen(name, why, sizeof(why));
+  int absent = 0;
+  void* handle = netOpen(name, why, sizeof(why), &absent);
+  if (!handle && isDefault && absent) {
+    INFO(COMM_NET | COMM_INIT, "NET : no %s (%s is not on the library path): the built-in networks", var, name);
+    return NULL;
+  }
   if (!handle) {
-    WARN("NET : cannot load %s=%s: %s", commParamSource("COMM_NET_PLUGIN"), name, why);
+    WARN("NET : cannot load %s%s%s: %s", var, isDefault ? " " : "=", name, why);
     return NULL;
   }
   const commNet_t* net = (const commNet_t*)dlsym(handle, COMM_NET_PLUGIN_SYMBOL);
@@ -127,21 +155,26 @@ static const commNet_t* netLoadLibrary(const char* name) {
     memcpy(&netPlugin.fromV1, v1, sizeof(*v1));
     net = &netPlugin.fromV1;
   }
-  if (!net) net = commNetNcclWrap(handle, name); /* an NCCL network plugin, through the adapter */
+  int viaAdapter = 0;
   if (!net) {
-    WARN("NET : %s exports neither %s nor %s, nor a supported NCCL network plugin (%s, %s or %s)", name,
-         COMM_NET_PLUGIN_SYMBOL, COMM_NET_PLUGIN_SYMBOL_V1, NET_NCCL_SYMBOL_V10, NET_NCCL_SYMBOL_V9,
-         NET_NCCL_SYMBOL_V8);
+    net = commNetNcclWrap(handle, name); /* an NCCL network plugin, through the adapter */
+    viaAdapter = net != NULL;
+  }
+  if (!net) {
+    WARN("NET : %s exports neither %s nor %s, nor a supported NCCL network plugin (%s .. %s)", name,
+         COMM_NET_PLUGIN_SYMBOL, COMM_NET_PLUGIN_SYMBOL_V1, NET_NCCL_SYMBOL_V11, NET_NCCL_SYMBOL_V6);
     dlclose(handle);
     return NULL;
   }
   if (!netUsable(net, name)) {
+    if (viaAdapter) commNetNcclUnwrap();
     dlclose(handle);
     return NULL;
   }
   snprintf(netPlugin.name, sizeof(netPlugin.name), "%s", name);
   netPlugin.handle = handle;
   netPlugin.net = net;
+  netPlugin.viaAdapter = viaAdapter;
   netPlugin.refs = 1;
   return net;
 }
@@ -218,6 +251,7 @@ static const commNet_t* netSocket(void) {
 /* Drop this process's reference to the plugin library (called with netPluginLock held). */
 static void netPluginReleaseLocked(void) {
   if (--netPlugin.refs == 0) {
+    if (netPlugin.viaAdapter) commNetNcclUnwrap();
     dlclose(netPlugin.handle);
     memset(&netPlugin, 0, sizeof(netPlugin));
   }
@@ -262,53 +296,107 @@ static commResult_t netChooseBuiltin(const char* forced, const char* source, con
   return commSuccess;
 }
 
-/* The network of `comm` (called with netPluginLock held): a library named by COMM_NET_PLUGIN (falling back
- * to Socket when it cannot be loaded), else a built-in one chosen by the config's netName, COMM_NET or
- * automatically ("socket" as COMM_NET_PLUGIN means the built-in Socket). A network named by netName or
- * COMM_NET (NCCL_NET) must be had: the plugin's own (its name, any case), IB or Socket; else init fails. */
-static commResult_t netChoose(struct commComm* comm, const commNet_t** out, int* fromLibrary) {
+/* Is the plugin variable's value one that names no library: libcomm's "socket" (the built-in Socket network)
+ * or NCCL's "none" (the built-in networks)? */
+static int netNoLibrary(const char* name) { return strcasecmp(name, "socket") == 0 || strcasecmp(name, "none") == 0; }
+
+/* The network of `comm` (called with netPluginLock held), looked up as NCCL does:
+ *  - COMM_NET_PLUGIN (or NCCL_NET_PLUGIN) set: each library of its comma-separated list in turn (a path, or a
+ *    name: also libcomm-net-<name>.so and libnccl-net-<name>.so); the first that loads and is usable (and whose
+ *    network is the one netName or COMM_NET names, if any) is used. None: a WARN and the built-in Socket
+ *    network. "none" (NCCL's) or "socket" (libcomm's) loads no library: the built-in networks, or Socket;
+ *  - unset: NCCL's default libnccl-net.so when it is on the library path (absent: nothing said but an INFO),
+ *    else the built-in networks.
+ * The built-in ones are chosen by netName, COMM_NET (NCCL_NET) or automatically; a network named by netName
+ * or COMM_NET must be had (the plugin's own, its name in any case, IB or Socket), else init fails. mayLoad 0:
+ * no library is loaded (only the built-in names are checked). */
+static commResult_t netChoose(struct commComm* comm, int mayLoad, const commNet_t** out, int* fromLibrary) {
   const char* forced = comm->netName[0] ? comm->netName : commParamStr("COMM_NET", NULL);
   const char* source = comm->netName[0] ? "config netName" : forced ? commParamSource("COMM_NET") : "COMM_NET";
   const char* name = commParamStr("COMM_NET_PLUGIN", NULL);
+  const char* list = name ? name : NET_DEFAULT_PLUGIN;
   char pluginNet[64] = "";
   *out = NULL;
   *fromLibrary = 0;
-  if (name && strcasecmp(name, "socket") != 0) {
-    const commNet_t* net = netLoadLibrary(name);
-    if (net && forced && strcasecmp(forced, net->name) != 0) {
-      INFO(COMM_NET | COMM_INIT, "NET : %s=%s is not the network of plugin %s (%s)", source, forced, name, net->name);
-      snprintf(pluginNet, sizeof(pluginNet), "%s", net->name);
-      netPluginReleaseLocked();
-    } else if (net) {
-      *out = net;
-      *fromLibrary = 1;
-      return commSuccess;
-    } else if (!forced) {
+  if (mayLoad && !(name && netNoLibrary(name))) {
+    int tried = 0, inUse = 0;
+    /* A library of the list that another communicator of this process uses already is the one (the items
+     * before it failed for that one). */
+    for (const char* s = list; *s && netPlugin.refs > 0 && !inUse;) {
+      size_t n = strcspn(s, ",");
+      inUse = n == strlen(netPlugin.name) && strncmp(s, netPlugin.name, n) == 0;
+      s += n + (s[n] == ',');
+    }
+    for (const char* s = list; *s;) {
+      size_t n = strcspn(s, ",");
+      char item[256];
+      snprintf(item, sizeof(item), "%.*s", (int)n, s);
+      s += n + (s[n] == ',');
+      if (!item[0] || (inUse && strcmp(item, netPlugin.name) != 0)) continue;
+      tried++;
+      const commNet_t* net = netLoadLibrary(item, name == NULL);
+      if (net && forced && strcasecmp(forced, net->name) != 0) {
+        INFO(COMM_NET | COMM_INIT, "NET : %s=%s is not the network of plugin %s (%s)", source, forced, item, net->name);
+        snprintf(pluginNet, sizeof(pluginNet), "%s", net->name);
+        netPluginReleaseLocked();
+      } else if (net) {
+        *out = net;
+        *fromLibrary = 1;
+        return commSuccess;
+      }
+    }
+    if (name && tried && !forced) {
       WARN("NET : falling back to the built-in Socket network");
+      *out = netSocket();
+      return commSuccess;
     }
   }
-  if (name && !forced) {
+  if (name && strcasecmp(name, "socket") == 0 && !forced) {
     *out = netSocket();
     return commSuccess;
   }
   return netChooseBuiltin(forced, source, pluginNet[0] ? pluginNet : NULL, out);
 }
 
+/* A communicator starts on the library's network: NCCL v11 plugins make its context (commNetNcclCommInit). If
+ * that fails, the library is given back and, unless a network was named, Socket is used (a WARN each). */
+static commResult_t netCommStart(struct commComm* comm, const commNet_t** net, int* fromLibrary) {
+  const commNet_t* mine = *net;
+  commResult_t res = commNetNcclCommInit(*net, comm->commHash, &mine);
+  if (res == commSuccess) {
+    *net = mine;
+    return commSuccess;
+  }
+  netPluginReleaseLocked();
+  *fromLibrary = 0;
+  *net = NULL;
+  if (comm->netName[0] || commParamStr("COMM_NET", NULL)) return res;
+  WARN("NET : falling back to the built-in Socket network");
+  *net = netSocket();
+  return commSuccess;
+}
+
 commResult_t commNetInit(struct commComm* comm) {
   /* Needed when ranks sit on different hosts, or shm is off (then every connection is a network one). A
-   * built-in network asked for by name is checked even when none is needed, as NCCL does (a plugin is not
-   * loaded only for that: its name is checked when a communicator needs it). */
+   * built-in network asked for by name is checked even when none is needed, as NCCL does (a plugin library
+   * named by COMM_NET_PLUGIN is not loaded only for that: its name is checked when a communicator needs it;
+   * the default libnccl-net.so is, when the name is not a built-in one, and given back at once). */
   int needed = comm->nNodes > 1 || comm->shmDisable;
   if (comm->net) return commSuccess;
-  if (!needed) {
-    const char* plugin = commParamStr("COMM_NET_PLUGIN", NULL);
-    if ((!comm->netName[0] && !commParamStr("COMM_NET", NULL)) || (plugin && strcasecmp(plugin, "socket") != 0))
-      return commSuccess;
-  }
+  const char* forced = comm->netName[0] ? comm->netName : commParamStr("COMM_NET", NULL);
+  const char* plugin = commParamStr("COMM_NET_PLUGIN", NULL);
+  if (!needed && (!forced || (plugin && !netNoLibrary(plugin)))) return commSuccess;
+  int mayLoad = needed || (strcasecmp(forced, "IB") != 0 && strcasecmp(forced, "Socket") != 0);
   const commNet_t* net = NULL;
   int fromLibrary = 0;
   pthread_mutex_lock(&netPluginLock);
-  commResult_t res = netChoose(comm, &net, &fromLibrary);
+  commResult_t res = netChoose(comm, mayLoad, &net, &fromLibrary);
+  if (res == commSuccess && fromLibrary && !needed) {
+    netPluginReleaseLocked(); /* only its name was checked */
+    fromLibrary = 0;
+  } else if (res == commSuccess && fromLibrary) {
+    res = netCommStart(comm, &net, &fromLibrary);
+  }
   pthread_mutex_unlock(&netPluginLock);
   if (res != commSuccess) return res;
   if (!net) {
@@ -320,7 +408,10 @@ commResult_t commNetInit(struct commComm* comm) {
   res = commCalloc(&st, 1, sizeof(*st));
   if (res != commSuccess) {
     pthread_mutex_lock(&netPluginLock);
-    if (fromLibrary) netPluginReleaseLocked();
+    if (fromLibrary) {
+      commNetNcclCommFinalize(net);
+      netPluginReleaseLocked();
+    }
     pthread_mutex_unlock(&netPluginLock);
     return res;
   }
@@ -362,6 +453,7 @@ commResult_t commNetFinalize(struct commComm* comm) {
   pthread_mutex_destroy(&st->listLock);
   if (st->fromLibrary) {
     pthread_mutex_lock(&netPluginLock);
+    commNetNcclCommFinalize(st->net);
     netPluginReleaseLocked();
     pthread_mutex_unlock(&netPluginLock);
   }

@@ -5,9 +5,9 @@
  *    NCCL reads it (name prefixes, comma-separated; a leading '^' excludes, then '=' means exact names; unset:
  *    ib*, else all but docker* and lo*, else docker*, else lo*), up to TNET_MAX_DEVS, PCI path and speed from sysfs;
  *  - as the test plugins (tests/CMakeLists.txt, -DNCCL_EXAMPLE_NET_VERSION=N): "ExampleTcp", one device (the first
- *    IPv4 interface up and not loopback, else loopback). N = 8: ncclNetPlugin_v8; 9: ncclNetPlugin_v9; 10:
- *    ncclNetPlugin_v10 and a v8 table named ExampleTcpV8 (a loader must take the newest); 7: only a dummy
- *    ncclNetPlugin_v7 (an unsupported version, to be refused).
+ *    IPv4 interface up and not loopback, else loopback), exporting ncclNetPlugin_vN (N = 6 .. 11; with 10 also a
+ *    v8 table named ExampleTcpV8, with 11 a v10 one named ExampleTcpV10: a loader must take the newest); 5: only
+ *    a dummy ncclNetPlugin_v5 (an unsupported version, to be refused). The tables: aggd_net_versions.h.
  * In both NCCL_EXAMPLE_NET_ADDR=a.b.c.d makes that address the one device. listen() binds an ephemeral port on the
  * device's address, which the handle carries. connect() and accept() never block: they return success with a NULL
  * comm until the TCP connection is made and a 4-byte hello went across (connect keeps its progress in the handle,
@@ -48,22 +48,29 @@
 #define TNET_EXAMPLE 1
 #define TNET_NAME "ExampleTcp"
 #define TNET_MAX_DEVS 1
+#define TNET_V6 (NCCL_EXAMPLE_NET_VERSION == 6)
+#define TNET_V7 (NCCL_EXAMPLE_NET_VERSION == 7)
 #define TNET_V8 (NCCL_EXAMPLE_NET_VERSION == 8 || NCCL_EXAMPLE_NET_VERSION == 10)
 #define TNET_V9 (NCCL_EXAMPLE_NET_VERSION == 9)
-#define TNET_V10 (NCCL_EXAMPLE_NET_VERSION == 10)
+#define TNET_V10 (NCCL_EXAMPLE_NET_VERSION == 10 || NCCL_EXAMPLE_NET_VERSION == 11)
+#define TNET_V11 (NCCL_EXAMPLE_NET_VERSION == 11)
 #else
 #define TNET_EXAMPLE 0
 #define TNET_NAME "AggdTcp"
 #define TNET_MAX_DEVS 8
+#define TNET_V6 0
+#define TNET_V7 0
 #define TNET_V8 1
 #define TNET_V9 1
 #define TNET_V10 1
+#define TNET_V11 0
 #endif
+#define TNET_ANY (TNET_V6 || TNET_V7 || TNET_V8 || TNET_V9 || TNET_V10 || TNET_V11)
 
 #define TNET_EXPORT __attribute__((visibility("default")))
 #define TNET_UNUSED __attribute__((unused))
 
-#if TNET_V8 || TNET_V9 || TNET_V10
+#if TNET_ANY
 #define TNET_MAGIC 0x4c43434eU /* "NCCL" */
 #define TNET_MAX_PENDING 8     /* accepted connections whose hello is not in yet, per listener */
 #define TNET_PEER_LEN (INET_ADDRSTRLEN + 8)
@@ -293,30 +300,6 @@ static ncclResult_t tcpCheckDev(int dev) {
   }
   return ncclSuccess;
 }
-
-/* The fields every version has. */
-#define TNET_FILL_PROPS(p, dev)                             \
-  do {                                                      \
-    memset(&(p), 0, sizeof(p));                             \
-    (p).name = tcpDevs[dev].name;                           \
-    (p).pciPath = tcpDevs[dev].pciPath;                     \
-    (p).guid = ntohl(tcpDevs[dev].addr.sin_addr.s_addr);    \
-    (p).ptrSupport = NCCL_PTR_HOST;                         \
-    (p).speed = tcpDevs[dev].speed;                         \
-    (p).maxComms = 65536;                                   \
-    (p).maxRecvs = 1;                                       \
-    (p).netDeviceType = NCCL_NET_DEVICE_HOST;               \
-    (p).netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION; \
-  } while (0)
-/* The fields v9 and v10 add (forceFlush 0). */
-#define TNET_FILL_PROPS_V9(p, dev)      \
-  do {                                  \
-    TNET_FILL_PROPS(p, dev);            \
-    (p).vProps.ndevs = 1;               \
-    (p).vProps.devs[0] = dev;           \
-    (p).maxP2pBytes = (size_t)1 << 30;  \
-    (p).maxCollBytes = (size_t)1 << 30; \
-  } while (0)
 
 /* ---------------------------------------------------------------- connection setup */
 
@@ -675,131 +658,9 @@ static ncclResult_t tcpCloseListen(void* listenComm) {
   return ncclSuccess;
 }
 
-/* ---------------------------------------------------------------- the tables */
+#endif /* TNET_ANY */
 
-/* The members of every version's table that take the same function. */
-#define TNET_TABLE_COMMON                                                                                            \
-  .devices = tcpDevices, .listen = tcpListen, .accept = tcpAccept, .regMr = tcpRegMr, .regMrDmaBuf = tcpRegMrDmaBuf, \
-  .deregMr = tcpDeregMr, .iflush = tcpIflush, .test = tcpTest, .closeSend = tcpCloseComm, .closeRecv = tcpCloseComm, \
-  .closeListen = tcpCloseListen, .getDeviceMr = NULL, .irecvConsumed = NULL
-
-#if TNET_V8
-static ncclResult_t tcpInitV8(ncclDebugLogger_t logFunction) { return tcpInitCommon(logFunction, 8); }
-
-static ncclResult_t tcpGetPropertiesV8(int dev, ncclNetProperties_v8_t* props) {
-  if (tcpCheckDev(dev) != ncclSuccess) return ncclInvalidArgument;
-  TNET_FILL_PROPS(*props, dev);
-  return ncclSuccess;
-}
-
-static ncclResult_t tcpIsendV8(void* sendComm, void* data, int size, int tag, void* mhandle TNET_UNUSED,
-                               void** request) {
-  if (size < 0) {
-    TNET_WARN("isend: size %d", size);
-    return ncclInvalidArgument;
-  }
-  return tcpIsendCommon(sendComm, data, (size_t)size, tag, request);
-}
-
-static ncclResult_t tcpIrecvV8(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles TNET_UNUSED,
-                               void** request) {
-  if (n == 1 && sizes[0] < 0) {
-    TNET_WARN("irecv: size %d", sizes[0]);
-    return ncclInvalidArgument;
-  }
-  return tcpIrecvCommon(recvComm, n, data, n == 1 ? (size_t)sizes[0] : 0, tags, request);
-}
-
-#if TNET_EXAMPLE && NCCL_EXAMPLE_NET_VERSION == 10
-#define TNET_NAME_V8 TNET_NAME "V8" /* beside v10, which is the one to use */
-#else
-#define TNET_NAME_V8 TNET_NAME
-#endif
-TNET_EXPORT ncclNet_v8_t ncclNetPlugin_v8 = {.name = TNET_NAME_V8,
-                                             .init = tcpInitV8,
-                                             .getProperties = tcpGetPropertiesV8,
-                                             .connect = tcpConnect,
-                                             .isend = tcpIsendV8,
-                                             .irecv = tcpIrecvV8,
-                                             TNET_TABLE_COMMON};
-#endif
-
-#if TNET_V9
-static ncclResult_t tcpInitV9(ncclDebugLogger_t logFunction) { return tcpInitCommon(logFunction, 9); }
-
-static ncclResult_t tcpGetPropertiesV9(int dev, ncclNetProperties_v9_t* props) {
-  if (tcpCheckDev(dev) != ncclSuccess) return ncclInvalidArgument;
-  TNET_FILL_PROPS_V9(*props, dev);
-  return ncclSuccess;
-}
-
-static ncclResult_t tcpIsendV9(void* sendComm, void* data, size_t size, int tag, void* mhandle TNET_UNUSED,
-                               void** request) {
-  return tcpIsendCommon(sendComm, data, size, tag, request);
-}
-
-static ncclResult_t tcpIrecvV9(void* recvComm, int n, void** data, size_t* sizes, int* tags,
-                               void** mhandles TNET_UNUSED, void** request) {
-  return tcpIrecvCommon(recvComm, n, data, n == 1 ? sizes[0] : 0, tags, request);
-}
-
-TNET_EXPORT ncclNet_v9_t ncclNetPlugin_v9 = {.name = TNET_NAME,
-                                             .init = tcpInitV9,
-                                             .getProperties = tcpGetPropertiesV9,
-                                             .connect = tcpConnect,
-                                             .isend = tcpIsendV9,
-                                             .irecv = tcpIrecvV9,
-                                             .makeVDevice = NULL,
-                                             TNET_TABLE_COMMON};
-#endif
-
-#if TNET_V10
-/* No network events for the profiler. */
-static ncclResult_t tcpInitV10(ncclDebugLogger_t logFunction, ncclProfilerCallback_t profFunction TNET_UNUSED) {
-  return tcpInitCommon(logFunction, 10);
-}
-
-static ncclResult_t tcpGetPropertiesV10(int dev, ncclNetProperties_v10_t* props) {
-  if (tcpCheckDev(dev) != ncclSuccess) return ncclInvalidArgument;
-  TNET_FILL_PROPS_V9(*props, dev);
-  return ncclSuccess;
-}
-
-static ncclResult_t tcpConnectV10(int dev, ncclNetCommConfig_v10_t* config, void* handle, void** sendComm,
-                                  ncclNetDeviceHandle_v10_t** sendDevComm) {
-  if (config && config->trafficClass != NCCL_NET_TRAFFIC_CLASS_UNDEF)
-    TNET_INFO("traffic class %d requested (ignored)", config->trafficClass);
-  return tcpConnect(dev, handle, sendComm, sendDevComm);
-}
-
-static ncclResult_t tcpIsendV10(void* sendComm, void* data, size_t size, int tag, void* mhandle TNET_UNUSED,
-                                void* phandle TNET_UNUSED, void** request) {
-  return tcpIsendCommon(sendComm, data, size, tag, request);
-}
-
-static ncclResult_t tcpIrecvV10(void* recvComm, int n, void** data, size_t* sizes, int* tags,
-                                void** mhandles TNET_UNUSED, void** phandles TNET_UNUSED, void** request) {
-  return tcpIrecvCommon(recvComm, n, data, n == 1 ? sizes[0] : 0, tags, request);
-}
-
-TNET_EXPORT ncclNet_v10_t ncclNetPlugin_v10 = {.name = TNET_NAME,
-                                               .init = tcpInitV10,
-                                               .getProperties = tcpGetPropertiesV10,
-                                               .connect = tcpConnectV10,
-                                               .isend = tcpIsendV10,
-                                               .irecv = tcpIrecvV10,
-                                               .makeVDevice = NULL,
-                                               TNET_TABLE_COMMON};
-#endif
-
-#endif /* TNET_V8 || TNET_V9 || TNET_V10 */
-
-/* ---------------------------------------------------------------- an unsupported version */
-
-#if TNET_EXAMPLE && NCCL_EXAMPLE_NET_VERSION == 7
-/* Only the symbol of an older NCCL plugin ABI: a loader that takes v8 and later must refuse the library
- * (and never call into this table, which is not a real v7 table). */
-TNET_EXPORT struct { const char* name; } ncclNetPlugin_v7 = {TNET_NAME "V7"};
-#endif
+/* The tables of each version (and the unsupported one of the refusal test). */
+#include "aggd_net_versions.h"
 
 #endif /* COMM_BUILDING_LIBRARY */

@@ -1,15 +1,15 @@
-/* NCCL's network plugin ABI (versions 8, 9 and 10), declared for libcomm's adapter (transports/net/nccl/net_nccl.c)
- * and for tests/plugins/nccl_net_example.c.
+/* NCCL's network plugin ABI (versions 6 to 11), declared for libcomm's adapter (transports/net/nccl/net_nccl.c,
+ * net_nccl_versions.c) and for the NCCL-shaped networks of transports/collnet/aggd/aggd_net.c.
  *
- * These are our own declarations of the binary interface a library exporting ncclNetPlugin_v8/_v9/_v10
+ * These are our own declarations of the binary interface a library exporting ncclNetPlugin_v6 .. _v11
  * implements: the field order and the types follow NCCL's public plugin headers (read, not copied):
  *   NVIDIA/nccl ext-net/example/nccl/net.h        (NCCL_NET_HANDLE_MAXSIZE, NCCL_PTR_*, NCCL_NET_MAX_REQUESTS)
  *   NVIDIA/nccl ext-net/example/nccl/err.h        (ncclResult_t values)
  *   NVIDIA/nccl ext-net/example/nccl/common.h     (the logger, log levels and subsystems, profiler callback)
  *   NVIDIA/nccl ext-net/example/nccl/net_device.h (ncclNetDeviceType; device handles, used here as opaque)
  *   NVIDIA/nccl ext-net/example/nccl/net_v8.h, net_v9.h, net_v10.h and the same tables in
- *   NVIDIA/nccl src/include/plugin/net/net_v9.h, net_v10.h (identical layouts; NCCL_NET_MAX_DEVS_PER_NIC 4
- *   in every version, src/include/plugin/nccl_net.h).
+ *   NVIDIA/nccl src/include/plugin/net/net_v6.h .. net_v11.h (identical layouts; NCCL_NET_MAX_DEVS_PER_NIC 4
+ *   in every version, src/include/plugin/nccl_net.h; v11 as in NCCL 2.28 - 2.30).
  * Only the ABI matters: the names of the struct tags here are ours (NCCL's structs are anonymous).
  * SPDX-License-Identifier: Apache-2.0
  */
@@ -24,6 +24,11 @@ extern "C" {
 #endif
 
 /* ---------------------------------------------------------------- common types (all versions) */
+
+/* The result codes and the logger are also declared by src/tune/tuner_nccl.h (NCCL's tuner ABI); whichever
+ * header comes first declares them. */
+#ifndef COMM_NCCL_COMMON_TYPES_
+#define COMM_NCCL_COMMON_TYPES_
 
 /* NCCL's result codes. 0..7 are in every NCCL release; 8 (ncclTimeout) in recent ones. They have the same
  * values as commResult_t 0..8. */
@@ -69,6 +74,7 @@ typedef enum {
 
 typedef void (*ncclDebugLogger_t)(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
                                   const char* fmt, ...);
+#endif /* COMM_NCCL_COMMON_TYPES_ */
 
 /* common.h (v10 and later): the network profiler callback given to init, and its event types. */
 enum {
@@ -91,11 +97,92 @@ typedef ncclResult_t (*ncclProfilerCallback_t)(void** eHandle, int type, void* p
  * handles are only ever passed by pointer; libcomm requests no offload, so they stay opaque here. */
 typedef enum { NCCL_NET_DEVICE_HOST = 0, NCCL_NET_DEVICE_UNPACK = 1 } ncclNetDeviceType;
 #define NCCL_NET_DEVICE_INVALID_VERSION 0x0
+typedef struct ncclNetDeviceHandle ncclNetDeviceHandle_v7_t;
 typedef struct ncclNetDeviceHandle ncclNetDeviceHandle_v8_t;
 typedef struct ncclNetDeviceHandle ncclNetDeviceHandle_v9_t;
 typedef struct ncclNetDeviceHandle ncclNetDeviceHandle_v10_t;
+typedef struct ncclNetDeviceHandle ncclNetDeviceHandle_v11_t;
+
+/* ---------------------------------------------------------------- version 6 (net_v6.h) */
+/* The oldest NCCL 2.26 - 2.30 still load. No device offload: connect and accept have no device handle, the
+ * properties no offload type nor regIsGlobal; regMr, isend and irecv sizes are int; a comm has at most
+ * NCCL_NET_MAX_REQUESTS_V6 requests in flight; no getDeviceMr, irecvConsumed. */
+
+#define NCCL_NET_MAX_REQUESTS_V6 8
+typedef struct {
+  char* name;
+  char* pciPath;
+  uint64_t guid;
+  int ptrSupport;
+  int speed;
+  int port;
+  float latency;
+  int maxComms;
+  int maxRecvs;
+} ncclNetProperties_v6_t;
+
+typedef struct {
+  const char* name;
+  ncclResult_t (*init)(ncclDebugLogger_t logFunction);
+  ncclResult_t (*devices)(int* ndev);
+  ncclResult_t (*getProperties)(int dev, ncclNetProperties_v6_t* props);
+  ncclResult_t (*listen)(int dev, void* handle, void** listenComm);
+  ncclResult_t (*connect)(int dev, void* handle, void** sendComm);
+  ncclResult_t (*accept)(void* listenComm, void** recvComm);
+  ncclResult_t (*regMr)(void* comm, void* data, int size, int type, void** mhandle);
+  ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
+  ncclResult_t (*deregMr)(void* comm, void* mhandle);
+  ncclResult_t (*isend)(void* sendComm, void* data, int size, int tag, void* mhandle, void** request);
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles, void** request);
+  ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
+  ncclResult_t (*test)(void* request, int* done, int* sizes);
+  ncclResult_t (*closeSend)(void* sendComm);
+  ncclResult_t (*closeRecv)(void* recvComm);
+  ncclResult_t (*closeListen)(void* listenComm);
+} ncclNet_v6_t;
+
+/* ---------------------------------------------------------------- version 7 (net_v7.h) */
+/* Differences from v6: the properties gain netDeviceType and netDeviceVersion (after maxRecvs); connect and
+ * accept take a device handle; getDeviceMr and irecvConsumed are appended. Sizes stay int (regMr too). */
+
+typedef struct {
+  char* name;
+  char* pciPath;
+  uint64_t guid;
+  int ptrSupport;
+  int speed;
+  int port;
+  float latency;
+  int maxComms;
+  int maxRecvs;
+  ncclNetDeviceType netDeviceType;
+  int netDeviceVersion;
+} ncclNetProperties_v7_t;
+
+typedef struct {
+  const char* name;
+  ncclResult_t (*init)(ncclDebugLogger_t logFunction);
+  ncclResult_t (*devices)(int* ndev);
+  ncclResult_t (*getProperties)(int dev, ncclNetProperties_v7_t* props);
+  ncclResult_t (*listen)(int dev, void* handle, void** listenComm);
+  ncclResult_t (*connect)(int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v7_t** sendDevComm);
+  ncclResult_t (*accept)(void* listenComm, void** recvComm, ncclNetDeviceHandle_v7_t** recvDevComm);
+  ncclResult_t (*regMr)(void* comm, void* data, int size, int type, void** mhandle);
+  ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
+  ncclResult_t (*deregMr)(void* comm, void* mhandle);
+  ncclResult_t (*isend)(void* sendComm, void* data, int size, int tag, void* mhandle, void** request);
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles, void** request);
+  ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
+  ncclResult_t (*test)(void* request, int* done, int* sizes);
+  ncclResult_t (*closeSend)(void* sendComm);
+  ncclResult_t (*closeRecv)(void* recvComm);
+  ncclResult_t (*closeListen)(void* listenComm);
+  ncclResult_t (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle);
+  ncclResult_t (*irecvConsumed)(void* recvComm, int n, void* request);
+} ncclNet_v7_t;
 
 /* ---------------------------------------------------------------- version 8 (net_v8.h) */
+/* Differences from v7: the properties gain regIsGlobal (after ptrSupport); regMr takes a size_t size. */
 
 typedef struct {
   char* name;
@@ -249,23 +336,164 @@ typedef struct {
   ncclResult_t (*makeVDevice)(int* d, ncclNetVDeviceProps_v10_t* props);
 } ncclNet_v10_t;
 
+/* ---------------------------------------------------------------- version 11 (net_v11.h) */
+/* Differences from v10: a context per communicator. init(&ctx, commId, config, logger, profiler) is called for
+ * every communicator (the plugin is set up on the first call; devices is asked once), listen and connect take
+ * that ctx first, finalize(ctx) is appended (after makeVDevice) and ends it when the communicator goes; the
+ * per-communicator config (traffic class) moved from connect to init. The properties gain maxMultiRequestSize
+ * (the most requests of one multi-request). setNetAttr(ctx, attr), appended last, may be NULL: hints about the
+ * traffic to come (peers and flows per operation). */
+
+/* transports/collnet/nccl/collnet_nccl.h, which includes this header, declares the two v11 property typedefs
+ * itself (the same layout): the struct tags below are what the v11 table refers to, in either case. */
+#define NCCL_NET_MAX_DEVS_PER_NIC_V11 4
+struct ncclNetVDevicePropsV11 {
+  int ndevs;
+  int devs[NCCL_NET_MAX_DEVS_PER_NIC_V11];
+};
+struct ncclNetPropertiesV11 {
+  char* name;
+  char* pciPath;
+  uint64_t guid;
+  int ptrSupport;
+  int regIsGlobal;
+  int forceFlush;
+  int speed;
+  int port;
+  float latency;
+  int maxComms;
+  int maxRecvs;
+  ncclNetDeviceType netDeviceType;
+  int netDeviceVersion;
+  struct ncclNetVDevicePropsV11 vProps;
+  size_t maxP2pBytes;
+  size_t maxCollBytes;
+  int maxMultiRequestSize;
+};
+#ifndef COMM_COLLNET_NCCL_H_
+typedef struct ncclNetVDevicePropsV11 ncclNetVDeviceProps_v11_t;
+typedef struct ncclNetPropertiesV11 ncclNetProperties_v11_t;
+#endif
+
+typedef struct {
+  int trafficClass; /* NCCL_NET_TRAFFIC_CLASS_UNDEF: the plugin's default */
+} ncclNetCommConfig_v11_t;
+
+#define NCCL_NET_ATTR_UNDEF -1
+typedef struct {
+  int32_t maxConcurrentPeers;
+  int32_t minConcurrentPeers;
+  int32_t maxFlowsPerPeer;
+  int32_t minFlowsPerPeer;
+} ncclNetCommAttr_v11_t;
+typedef struct {
+  ncclNetCommAttr_v11_t sendCommAttr;
+  ncclNetCommAttr_v11_t recvCommAttr;
+  uint32_t op;
+  uint32_t algo;
+  uint32_t proto;
+} ncclNetAttr_v11_t;
+
+typedef struct {
+  const char* name;
+  ncclResult_t (*init)(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config, ncclDebugLogger_t logFunction,
+                       ncclProfilerCallback_t profFunction);
+  ncclResult_t (*devices)(int* ndev);
+  ncclResult_t (*getProperties)(int dev, struct ncclNetPropertiesV11* props);
+  ncclResult_t (*listen)(void* ctx, int dev, void* handle, void** listenComm);
+  ncclResult_t (*connect)(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v11_t** sendDevComm);
+  ncclResult_t (*accept)(void* listenComm, void** recvComm, ncclNetDeviceHandle_v11_t** recvDevComm);
+  ncclResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
+  ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
+  ncclResult_t (*deregMr)(void* comm, void* mhandle);
+  ncclResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request);
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
+                        void** request);
+  ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
+  ncclResult_t (*test)(void* request, int* done, int* sizes);
+  ncclResult_t (*closeSend)(void* sendComm);
+  ncclResult_t (*closeRecv)(void* recvComm);
+  ncclResult_t (*closeListen)(void* listenComm);
+  ncclResult_t (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle);
+  ncclResult_t (*irecvConsumed)(void* recvComm, int n, void* request);
+  ncclResult_t (*makeVDevice)(int* d, struct ncclNetVDevicePropsV11* props);
+  ncclResult_t (*finalize)(void* ctx);
+  ncclResult_t (*setNetAttr)(void* ctx, ncclNetAttr_v11_t* netAttr);
+} ncclNet_v11_t;
+
 /* ---------------------------------------------------------------- libcomm's adapter (transports/net/nccl/net_nccl.c) */
 
 #ifndef NET_NCCL_ABI_ONLY
 #include "comm_net.h"
 
-/* The plugin symbols the adapter looks for, newest first, and the older ones it recognises only to say
- * that they are not supported. */
+/* The plugin symbols the adapter looks for, newest first. */
+#define NET_NCCL_SYMBOL_V11 "ncclNetPlugin_v11"
 #define NET_NCCL_SYMBOL_V10 "ncclNetPlugin_v10"
 #define NET_NCCL_SYMBOL_V9 "ncclNetPlugin_v9"
 #define NET_NCCL_SYMBOL_V8 "ncclNetPlugin_v8"
+#define NET_NCCL_SYMBOL_V7 "ncclNetPlugin_v7"
+#define NET_NCCL_SYMBOL_V6 "ncclNetPlugin_v6"
 
 /* Wrap the NCCL network plugin exported by the dlopen()ed library `lib` (`what` names it in log lines) in a
- * libcomm network table (commNet_t, connectPaired NULL). Tries ncclNetPlugin_v10, _v9, _v8 in that order.
+ * libcomm network table (commNet_t, connectPaired NULL). Tries ncclNetPlugin_v11 .. _v6 in that order.
  * Returns NULL when the library exports none of them; it then WARNs if the library exports an older NCCL
- * version (v7 or below), which is not supported. One adapter per process (net.c loads one network library
- * at a time): a later call replaces the wrapped table. Called with net.c's plugin lock held. */
+ * version (v5 or below), which is not supported. One adapter per process (net_plugin.c loads one network
+ * library at a time): a later call replaces the wrapped table. All the adapter's calls below are made with
+ * net_plugin.c's plugin lock held. */
 const commNet_t* commNetNcclWrap(void* lib, const char* what);
+/* The library is about to be closed: a v11 plugin's process context (the one init made for the first check)
+ * is finalized. */
+void commNetNcclUnwrap(void);
+/* A communicator starts using `net` (the table commNetNcclWrap returned, or any other: then *out = net): for a
+ * v11 plugin, its init makes the communicator's context (commId: the communicator's hash, the same on every
+ * rank) and *out is a table whose listen and connect pass it; other versions share one table. A failed init is
+ * a WARN and an error. */
+commResult_t commNetNcclCommInit(const commNet_t* net, uint64_t commId, const commNet_t** out);
+/* The communicator of table `net` (from commNetNcclCommInit) is done: a v11 context is finalized. */
+void commNetNcclCommFinalize(const commNet_t* net);
+/* The adapter's view of whichever version the library exports (net_nccl_versions.c fills it from the table;
+ * net_nccl.c drives it): every version's calls in the newest shape, without the device offload, profiler and
+ * virtual NIC arguments libcomm does not use. ctx is a v11 plugin's context (ignored by older versions);
+ * irecv posts one buffer; int sizes of v6 - v8 are checked there (a size above INT_MAX is a WARN and
+ * ncclInvalidArgument). */
+typedef struct {
+  char* name;
+  char* pciPath;
+  uint64_t guid;
+  int ptrSupport;
+  int speed; /* Mbps */
+  int port;
+  float latency;
+  int maxComms;
+  int netDeviceType; /* NCCL_NET_DEVICE_HOST before v7 */
+  size_t maxBytes;   /* the smaller of maxP2pBytes and maxCollBytes (v9 and later; 0: not given) */
+} netNcclProps;
+
+typedef struct {
+  int version; /* 6 .. 11 */
+  const char* name;
+  ncclResult_t (*init)(void** ctx, uint64_t commId, ncclDebugLogger_t logFunction, ncclProfilerCallback_t prof);
+  ncclResult_t (*finalize)(void* ctx); /* v11 (may be NULL); NULL before */
+  ncclResult_t (*devices)(int* ndev);
+  ncclResult_t (*getProperties)(int dev, netNcclProps* props);
+  ncclResult_t (*listen)(void* ctx, int dev, void* handle, void** listenComm);
+  ncclResult_t (*connect)(void* ctx, int dev, void* handle, void** sendComm);
+  ncclResult_t (*accept)(void* listenComm, void** recvComm);
+  ncclResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
+  ncclResult_t (*deregMr)(void* comm, void* mhandle);
+  ncclResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request);
+  ncclResult_t (*irecv)(void* recvComm, void* data, size_t capacity, int tag, void* mhandle, void** request);
+  ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
+  ncclResult_t (*test)(void* request, int* done, int* sizes);
+  ncclResult_t (*closeSend)(void* sendComm);
+  ncclResult_t (*closeRecv)(void* recvComm);
+  ncclResult_t (*closeListen)(void* listenComm);
+} netNcclOps;
+
+/* net_nccl_versions.c: *ops from the newest ncclNetPlugin_vN (N = 11 .. 6) that lib exports; returns N, or 0
+ * when it exports none. *complete is 0 when the table lacks a function the adapter calls. */
+int netNcclResolve(void* lib, netNcclOps* ops, int* complete);
+
 /* An NCCL plugin's log line (level, printf format and arguments) to libcomm's logger lg. */
 #include <stdarg.h>
 void commNetNcclLogV(commNetLogger_t lg, ncclDebugLogLevel level, const char* file, int line, const char* fmt,
