@@ -113,7 +113,7 @@ typedef struct commTuner {
   commTuneModel model;
   uint32_t allowAlgo[commNumFuncs];
   uint32_t allowProto[commNumFuncs];
-  /* Tuner plugin (COMM_TUNER_PLUGIN), or NULL. */
+  /* Tuner plugin (COMM_TUNER_PLUGIN): libcomm's table, or the NCCL adapter's (tuner_nccl.c); NULL: none. */
   void* pluginHandle;
   const commTuner_v1_t* plugin;
   void* pluginContext;
@@ -123,6 +123,17 @@ typedef struct commTuner {
 
 struct commComm;
 commResult_t commTunerInit(struct commComm* comm);
+/* src/tune/tuner_nccl.c. The tuner plugin's library for a communicator, looked up as NCCL does:
+ * COMM_TUNER_PLUGIN (or NCCL_TUNER_PLUGIN) as given, else libcomm-tuner-NAME.so, libnccl-tuner-NAME.so; unset:
+ * libnccl-tuner.so (silently absent); "none": none; then the network plugin's library if loaded and it carries a
+ * tuner. NULL when there is none (a WARN or INFO says why); `what` names the library opened; *isDefault: it is
+ * the default one (a library without a tuner symbol is then no WARN). */
+void* commTunerOpenLibrary(char* what, size_t whatLen, int* isDefault);
+/* The NCCL tuner plugin of lib (ncclTunerPlugin_v5, _v4, _v3, _v2: the newest exported), initialised for comm,
+ * behind libcomm's tuner table: returns the adapter's table and its *context (the mapping of NCCL's cost table
+ * onto libcomm's: tuner_nccl.c). NULL when lib exports none (*found 0) or it cannot be used (*found 1, a WARN). */
+const commTuner_v1_t* commTunerNcclLoad(void* lib, const char* what, const struct commComm* comm, void** context,
+                                        int* found);
 int commTuneNicsPerNode(const struct commComm* comm);
 void commTunerFree(struct commComm* comm);
 /* A choice of collnet for a call the groups cannot run (a type or op the network refused; device buffers; more

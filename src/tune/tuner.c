@@ -183,36 +183,38 @@ static void pluginLogger(commTunerLogLevel_t level, const char* fmt, ...) {
   else INFO(COMM_TUNE, "TUNER plugin: %s", buf);
 }
 
-static void loadPlugin(commTuner* t, int nRanks, int nNodes) {
-  const char* name = commParamStr("COMM_TUNER_PLUGIN", NULL);
-  if (name == NULL || name[0] == '\0') return;
-  void* h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-  if (!h && !strchr(name, '/')) {
-    char alt[300];
-    snprintf(alt, sizeof(alt), "libcomm-tuner-%s.so", name);
-    h = dlopen(alt, RTLD_NOW | RTLD_LOCAL);
-  }
-  if (!h) {
-    WARN("TUNER : cannot load COMM_TUNER_PLUGIN=%s: %s; using the built-in cost model only", name, dlerror());
-    return;
-  }
+/* The tuner plugin of comm (tuner_nccl.c finds the library): libcomm's commTunerPlugin_v1, else NCCL's
+ * ncclTunerPlugin_v5 .. _v2 through the adapter. Nothing usable: the built-in cost model alone (a WARN says
+ * why, unless no library was asked for). */
+static void loadPlugin(commTuner* t, const struct commComm* comm) {
+  char what[300] = "";
+  int isDefault = 0;
+  void* h = commTunerOpenLibrary(what, sizeof(what), &isDefault);
+  if (!h) return;
   const commTuner_v1_t* p = (const commTuner_v1_t*)dlsym(h, COMM_TUNER_PLUGIN_SYMBOL);
-  if (!p || !p->getCollInfo) {
-    WARN("TUNER : %s does not export %s (with getCollInfo); using the built-in cost model only", name,
-         COMM_TUNER_PLUGIN_SYMBOL);
-    dlclose(h);
-    return;
-  }
   void* ctx = NULL;
-  if (p->init && p->init((size_t)nRanks, (size_t)nNodes, pluginLogger, &ctx) != commSuccess) {
-    WARN("TUNER : plugin %s failed to initialise; using the built-in cost model only", p->name ? p->name : name);
-    dlclose(h);
-    return;
+  if (p && p->getCollInfo) {
+    if (p->init && p->init((size_t)comm->nRanks, (size_t)comm->nNodes, pluginLogger, &ctx) != commSuccess) {
+      WARN("TUNER : plugin %s failed to initialise; using the built-in cost model only", p->name ? p->name : what);
+      dlclose(h);
+      return;
+    }
+    INFO(COMM_TUNE | COMM_INIT, "TUNER : using plugin %s (%s)", p->name ? p->name : "?", what);
+  } else {
+    int found = 0;
+    p = commTunerNcclLoad(h, what, comm, &ctx, &found);
+    if (!p) {
+      if (!found && !isDefault)
+        WARN("TUNER : %s exports neither %s (with getCollInfo) nor an NCCL tuner plugin (ncclTunerPlugin_v5 .. _v2); "
+             "using the built-in cost model only",
+             what, COMM_TUNER_PLUGIN_SYMBOL);
+      dlclose(h);
+      return;
+    }
   }
   t->pluginHandle = h;
   t->plugin = p;
   t->pluginContext = ctx;
-  INFO(COMM_TUNE | COMM_INIT, "TUNER : using plugin %s (%s)", p->name ? p->name : "?", name);
 }
 
 /* ---------------------------------------------------------------- per communicator */
@@ -311,7 +313,7 @@ commResult_t commTunerInit(struct commComm* comm) {
                 commFuncName((commFunc_t)f), collnetWhyNot(comm),
                 f == commFuncAllReduce ? "CollTree" : "what the tuner picks among the rest");
   }
-  loadPlugin(t, comm->nRanks, comm->nNodes);
+  loadPlugin(t, comm);
   comm->tuner = t;
   return commSuccess;
 }
