@@ -405,9 +405,33 @@ void commDeferCopyConfig(commDeferredCall* call, const commConfig_t* config) {
   call->config = c;
 }
 
+/* The device the next commInitRankConfig of this thread binds to; BIND_CURRENT: the one current here. Set by
+ * commInitRankOnDevice around its call: NCCL binds a communicator to the device current where the user called
+ * init, and a group's end, commInitAll and a split run inits on threads of their own. */
+#define BIND_CURRENT (-2)
+static __thread int bindDevice = BIND_CURRENT;
+
+commResult_t commInitRankOnDevice(comm_t* newcomm, int nranks, commUniqueId commId, int rank, commConfig_t* config,
+                                  int cudaDev) {
+  int saved = bindDevice;
+  bindDevice = cudaDev < 0 ? -1 : cudaDev;
+  commResult_t res = commInitRankConfig(newcomm, nranks, commId, rank, config);
+  bindDevice = saved;
+  return res;
+}
+
+/* Runs on a thread of the group's: that thread's current device is the caller's (CUDA calls of the init that
+ * take no device use it). */
+static void bindWorkerThread(int cudaDev) {
+  if (cudaDev >= 0 && commDevBindThread(cudaDev) != commSuccess)
+    INFO(COMM_INIT, "init: could not make device %d current in the init thread (%s)", cudaDev, commLogLastWarn());
+}
+
 static commResult_t deferredInit(void* p) {
   commDeferredCall* a = (commDeferredCall*)p;
-  commResult_t res = commInitRankConfig(a->newcomm, a->nranks, a->id, a->rank, a->hasConfig ? &a->config : NULL);
+  bindWorkerThread(a->cudaDev);
+  commResult_t res = commInitRankOnDevice(a->newcomm, a->nranks, a->id, a->rank, a->hasConfig ? &a->config : NULL,
+                                          a->cudaDev);
   free(a);
   return res;
 }
@@ -419,8 +443,9 @@ COMM_API commResult_t commInitRankConfig(comm_t* newcomm, int nranks, commUnique
     /* Ranks of one thread initialise together at commGroupEnd (*newcomm is set then). */
     *newcomm = NULL;
     COMMCHECK(commCheckConfig(config));
-    commDeferredCall call = {newcomm, nranks, rank, commId, NULL, 0, 0, 0, COMM_CONFIG_INITIALIZER};
+    commDeferredCall call = {newcomm, nranks, rank, commId, NULL, 0, 0, 0, COMM_CONFIG_INITIALIZER, -1};
     commDeferCopyConfig(&call, config);
+    call.cudaDev = bindDevice != BIND_CURRENT ? bindDevice : commCudaCurrentDevice();
     return commDeferCall(&call, deferredInit, 0);
   }
   commLogSetRank(rank);
@@ -457,7 +482,7 @@ COMM_API commResult_t commInitRankConfig(comm_t* newcomm, int nranks, commUnique
   comm->nRanks = nranks;
   /* The device this rank uses, as NCCL binds a communicator to the caller's current device: it places the
    * rank in the topology (its GPU, and the NIC nearest to it). -1 for host-only programs. */
-  comm->cudaDev = commCudaCurrentDevice();
+  comm->cudaDev = bindDevice != BIND_CURRENT ? bindDevice : commCudaCurrentDevice();
   comm->blocking = (int)commParamInt("COMM_BLOCKING", 1, 0, 1); /* or NCCL_COMM_BLOCKING; the config wins */
   if (CONFIG_HAS(config, blocking) && config->blocking != COMM_CONFIG_UNDEF_INT) comm->blocking = config->blocking;
   comm->timeoutMs = commParamInt("COMM_TIMEOUT_MS", COMM_DEFAULT_TIMEOUT_MS, -1, INT64_MAX / 1000000);
@@ -532,11 +557,13 @@ typedef struct {
   int nranks, rank;
   commUniqueId id;
   commResult_t res;
+  int cudaDev; /* -1: a host rank */
 } initAllArgs;
 
 static void* initAllThread(void* arg) {
   initAllArgs* a = (initAllArgs*)arg;
-  a->res = commInitRank(a->slot, a->nranks, a->id, a->rank);
+  bindWorkerThread(a->cudaDev);
+  a->res = commInitRankOnDevice(a->slot, a->nranks, a->id, a->rank, NULL, a->cudaDev);
   return NULL;
 }
 
@@ -559,8 +586,12 @@ COMM_API commResult_t commInitAll(comm_t* comms, int ndev, const int* devlist) {
         }
       }
     }
-    INFO(COMM_INIT, "commInitAll: this build runs host-only ranks; devlist is recorded but not used");
   }
+  /* A program that uses CUDA (a device is current here) gets rank i on devlist[i] (device i without a list), as
+   * NCCL's; a host-only program gets host ranks, and a devlist is then not used. */
+  int useDevices = commCudaCurrentDevice() >= 0;
+  if (devlist != NULL && !useDevices)
+    INFO(COMM_INIT, "commInitAll: no CUDA device is current in this thread: host ranks; devlist is not used");
   commUniqueId id;
   COMMCHECK(bootstrapGetUniqueId(&id));
   initAllArgs* args = NULL;
@@ -571,7 +602,7 @@ COMM_API commResult_t commInitAll(comm_t* comms, int ndev, const int* devlist) {
   int started = 0;
   for (int i = 0; i < ndev; i++) {
     comms[i] = NULL;
-    args[i] = (initAllArgs){&comms[i], ndev, i, id, commSuccess};
+    args[i] = (initAllArgs){&comms[i], ndev, i, id, commSuccess, useDevices ? (devlist ? devlist[i] : i) : -1};
     if (pthread_create(&threads[i], NULL, initAllThread, &args[i]) != 0) {
       WARN("commInitAll: could not start thread %d", i);
       res = commSystemError;
@@ -697,7 +728,7 @@ COMM_API commResult_t commFinalize(comm_t comm) {
   COMMCHECK(commCheckComm(comm, "commFinalize"));
   if (commGroupDepth() > 0) {
     /* Finalizes of this thread's group run together after its collectives, at commGroupEnd. */
-    commDeferredCall call = {NULL, 0, 0, {{0}}, comm, 0, 0, 0, COMM_CONFIG_INITIALIZER};
+    commDeferredCall call = {NULL, 0, 0, {{0}}, comm, 0, 0, 0, COMM_CONFIG_INITIALIZER, -1};
     return commDeferCall(&call, deferredFinalize, 1);
   }
   COMMCHECK(commRetain(comm, "commFinalize"));

@@ -45,7 +45,7 @@ static commResult_t childInit(comm_t comm, const int* ranks, int n, int newRank,
     childConfig.timeoutMs = (int)COMM_MIN(comm->timeoutMs, INT32_MAX);
     config = &childConfig;
   }
-  return commInitRankConfig(newcomm, n, id, newRank, config);
+  return commInitRankOnDevice(newcomm, n, id, newRank, config, comm->cudaDev); /* the parent's device, as NCCL */
 }
 
 static commResult_t deferredSplit(void* p) {
@@ -62,7 +62,7 @@ COMM_API commResult_t commSplit(comm_t comm, int color, int key, comm_t* newcomm
     commResult_t res = commCheckConfig(config);
     *newcomm = NULL;
     if (res == commSuccess) {
-      commDeferredCall call = {newcomm, 0, 0, {{0}}, comm, color, key, 0, COMM_CONFIG_INITIALIZER};
+      commDeferredCall call = {newcomm, 0, 0, {{0}}, comm, color, key, 0, COMM_CONFIG_INITIALIZER, -1};
       commDeferCopyConfig(&call, config);
       res = commDeferCall(&call, deferredSplit, 0);
     }

@@ -65,8 +65,13 @@ typedef struct {
   int color, key;
   int hasConfig;
   commConfig_t config;
+  int cudaDev; /* init: the CUDA device current in the caller's thread when it called (-1: none) */
 } commDeferredCall;
 commResult_t commDeferCall(const commDeferredCall* call, commGroupJobFn run, int phase);
 void commDeferCopyConfig(commDeferredCall* call, const commConfig_t* config);
+/* commInitRankConfig for the CUDA device cudaDev (-1: host ranks) instead of the one current in this thread:
+ * for inits that run on threads other than the caller's (a group's end, commInitAll, a split's child). */
+commResult_t commInitRankOnDevice(comm_t* newcomm, int nranks, commUniqueId commId, int rank, commConfig_t* config,
+                                  int cudaDev);
 
 #endif

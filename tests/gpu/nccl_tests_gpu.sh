@@ -42,11 +42,37 @@ if command -v mpicc >/dev/null 2>&1; then
 fi
 say "NCCL_HOME $HOME_DIR ($(ls "$HOME_DIR/lib" | grep -c nccl) libnccl files), nccl-tests $(grep -ho 'NCCL_TESTS_VERSION[^"]*"[^"]*"' "$SRC"/src/*.h 2>/dev/null | head -n 1), MPI $mpi, $($NVCC --version | tail -n 1)"
 
+# nccl-tests compiles NCCL's device API code (nccl_device.h, C++ templates libcomm does not provide: its host
+# calls return ncclInvalidUsage) when nccl.h says 2.28 or later. NVIDIA's headers of the same version as our
+# nccl.h (PyTorch's NCCL wheel, else the toolkit's) are put on the include path alone, without their nccl.h,
+# so that nccl.h is ours. NCCL_DEVICE_INCLUDE names another folder holding nccl_device.h.
+ver=$(awk '/define NCCL_MAJOR/{a=$3}/define NCCL_MINOR/{b=$3}/define NCCL_PATCH/{c=$3}END{print a"."b"."c}' "$HOME_DIR/include/nccl.h")
+devinc=${NCCL_DEVICE_INCLUDE:-}
+if [[ -z $devinc ]]; then
+  for d in $(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "include"))' 2>/dev/null) \
+    "$CUDA_HOME/include"; do
+    [[ -f $d/nccl_device.h && -f $d/nccl.h ]] || continue
+    v=$(awk '/define NCCL_MAJOR/{a=$3}/define NCCL_MINOR/{b=$3}/define NCCL_PATCH/{c=$3}END{print a"."b"."c}' "$d/nccl.h")
+    say "nccl_device.h of NCCL $v in $d (our nccl.h: $ver)"
+    [[ $v == "$ver" ]] && { devinc=$d; break; }
+  done
+fi
+extra=()
+if [[ -n $devinc ]]; then
+  mkdir -p "$LOGS/devinc"
+  ln -sfn "$devinc/nccl_device.h" "$LOGS/devinc/nccl_device.h"
+  ln -sfn "$devinc/nccl_device" "$LOGS/devinc/nccl_device"
+  extra=(-I"$LOGS/devinc")
+else
+  say "no nccl_device.h of NCCL $ver found: the files that use NCCL's device API may not compile"
+fi
 BUILD=$LOGS/build
-# -rpath-link: libnccl.so (the drop-in) needs libcomm.so and what it needs (hwloc), all in NCCL_HOME/lib
-NVLDFLAGS="-Xlinker -rpath-link=$HOME_DIR/lib" make -C "$SRC" -j"$(nproc)" NCCL_HOME="$HOME_DIR" CUDA_HOME="$CUDA_HOME" \
-  BUILDDIR="$BUILD" NVCC_GENCODE="${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90}" "${mpiflags[@]}" \
-  >"$LOGS/build.log" 2>&1
+# Through NVCC_GENCODE, which nccl-tests puts in every compile and link line (its Makefile sets NVCUFLAGS and
+# NVLDFLAGS itself): the device headers, and -rpath-link because libnccl.so (the drop-in) needs libcomm.so and
+# what it needs (hwloc), all in NCCL_HOME/lib.
+gencode="${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90} ${extra[*]} -Xlinker -rpath-link=$HOME_DIR/lib"
+make -C "$SRC" -j"$(nproc)" NCCL_HOME="$HOME_DIR" CUDA_HOME="$CUDA_HOME" BUILDDIR="$BUILD" NVCC_GENCODE="$gencode" \
+  "${mpiflags[@]}" >"$LOGS/build.log" 2>&1
 rc=$?
 if [[ $rc -ne 0 ]]; then
   say "FAIL: the nccl-tests build failed ($rc):"
