@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # collnet_check.sh main|versions MP_COLLS COLLNET_V11 COLLNET_V8 COLLNET_V9 COLLNET_V10
 # ("main": every allreduce, allgather and reducescatter case over v11, a plugin without gather/scatter, a failing
-# connect, collnet off; "versions": the v8, v9 and v10 tables, two ranks per host, nodes of different sizes and
-# operations cut below a slot)
+# connect, collnet off; "versions": the v8, v9 and v10 tables, two ranks per host, nodes of different sizes,
+# operations cut below a slot, and the CollNet found in NCCL's default libnccl-net.so)
 # Collnet through NCCL's CollNet ABI (transports/collnet/, the adapter transports/collnet/nccl/collnet_nccl.c),
 # end to end with the example plugin of tests/plugins/nccl_collnet_example.c (a TCP star that reduces at member
 # 0, in member order), which also carries the example NCCL net plugin. mp_colls checks every collective against
@@ -104,6 +104,13 @@ else
   fi
   if run v11_cut "$V11" $F "$C" NCCL_EXAMPLE_COLLNET_MAX_BYTES=16384 -- -np 3 -rph 1 -C -q; then
     check_on v11_cut 11 3 "$ALL"
+  fi
+  # NCCL's default: no COMM_NET_PLUGIN, the CollNet found in libnccl-net.so on the library path (SHARP's home).
+  mkdir -p "$LOGS/default-lib" && ln -sf "$V11" "$LOGS/default-lib/libnccl-net.so"
+  if run default "" $F $A LD_LIBRARY_PATH="$LOGS/default-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" -- -np 2 -rph 1 -A -q
+  then
+    check_on default 11 2
+    has default -F "the default NCCL network plugin libnccl-net.so" || fail "default: collnet not from libnccl-net.so"
   fi
   for v in 8 9 10; do
     lib=V$v
