@@ -50,31 +50,8 @@ typedef struct {
 typedef ncclNetSGE_v9_t ncclNetSGE_v10_t;
 typedef ncclNetSGE_v9_t ncclNetSGE_v11_t;
 
-/* v11 properties: the v10 layout plus maxMultiRequestSize. */
-#define NCCL_NET_MAX_DEVS_PER_NIC_V11 4
-typedef struct {
-  int ndevs;
-  int devs[NCCL_NET_MAX_DEVS_PER_NIC_V11];
-} ncclNetVDeviceProps_v11_t;
-typedef struct {
-  char* name;
-  char* pciPath;
-  uint64_t guid;
-  int ptrSupport;
-  int regIsGlobal;
-  int forceFlush;
-  int speed;
-  int port;
-  float latency;
-  int maxComms;
-  int maxRecvs;
-  ncclNetDeviceType netDeviceType;
-  int netDeviceVersion;
-  ncclNetVDeviceProps_v11_t vProps;
-  size_t maxP2pBytes;
-  size_t maxCollBytes;
-  int maxMultiRequestSize;
-} ncclNetProperties_v11_t;
+/* v11 properties (the v10 layout plus maxMultiRequestSize): ncclNetProperties_v11_t, declared with the net
+ * plugin's ABI in net_nccl.h. */
 
 /* ---------------------------------------------------------------- version 8 */
 typedef struct {

@@ -370,10 +370,8 @@ struct ncclNetPropertiesV11 {
   size_t maxCollBytes;
   int maxMultiRequestSize;
 };
-#ifndef COMM_COLLNET_NCCL_H_
 typedef struct ncclNetVDevicePropsV11 ncclNetVDeviceProps_v11_t;
 typedef struct ncclNetPropertiesV11 ncclNetProperties_v11_t;
-#endif
 
 typedef struct {
   int trafficClass; /* NCCL_NET_TRAFFIC_CLASS_UNDEF: the plugin's default */
