@@ -12,7 +12,8 @@ if(TARGET comm_aggd AND TARGET comm_collnet_aggd)
 endif()
 # integration.aggd_net (tests/integration/test_aggd_net.c): the library's TCP network in NCCL's net ABI
 # (aggd_net.c, AggdTcp), driven through its tables: exported symbols, NCCL_SOCKET_IFNAME, strangers dropped, partial
-# transfers, bounded requests, errors, no leaked descriptor. integration.aggd_net_plugin
+# transfers, bounded requests, errors, no leaked descriptor (under ASan too). integration.aggd_net_plugin (heavy:
+# not in the ASan pass, whose time CI bounds; the adapters' memory use is covered there by the other plugin tests)
 # (tests/integration/aggd_net_check.sh): the library as COMM_NET_PLUGIN through libcomm's adapters, its network
 # alone and with its CollNet over a comm_aggd, as NVIDIA's NCCL would load it with NCCL_NET_PLUGIN.
 if(TARGET comm_collnet_aggd)
@@ -27,5 +28,5 @@ if(TARGET comm_aggd AND TARGET comm_collnet_aggd AND TARGET mp_colls)
   add_test(NAME integration.aggd_net_plugin
     COMMAND ${PROJECT_SOURCE_DIR}/tests/integration/aggd_net_check.sh $<TARGET_FILE:mp_colls>
       $<TARGET_FILE:comm_aggd> $<TARGET_FILE:comm_collnet_aggd>)
-  set_tests_properties(integration.aggd_net_plugin PROPERTIES TIMEOUT 300 LABELS "integration;mp;net;collnet")
+  set_tests_properties(integration.aggd_net_plugin PROPERTIES TIMEOUT 300 LABELS "integration;mp;net;collnet;heavy")
 endif()
