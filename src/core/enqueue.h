@@ -73,5 +73,7 @@ void commDeferCopyConfig(commDeferredCall* call, const commConfig_t* config);
  * for inits that run on threads other than the caller's (a group's end, commInitAll, a split's child). */
 commResult_t commInitRankOnDevice(comm_t* newcomm, int nranks, commUniqueId commId, int rank, commConfig_t* config,
                                   int cudaDev);
+/* On a thread of the library's that runs an init: make cudaDev (>= 0) current there, as it was in the caller's. */
+void commInitBindWorkerThread(int cudaDev);
 
 #endif
